@@ -1,0 +1,113 @@
+"""The graph wrapper both halves share: onnx-graphsurgeon import/export plus small helpers."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Iterator
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from .model_io import MAX_IR_VERSION
+
+# Contrib ops our fusions may write, by domain (GUIDE.md section 3: fused nodes stay runnable by ORT).
+CONTRIB_DOMAIN = "com.microsoft"
+
+
+def import_graph(model: onnx.ModelProto) -> gs.Graph:
+    return gs.import_onnx(model)
+
+
+def export_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
+    """Export and carry over what graphsurgeon drops: metadata, functions, domains used by new nodes."""
+    model = gs.export_onnx(graph, do_type_check=False)
+    model.ir_version = min(original.ir_version or MAX_IR_VERSION, MAX_IR_VERSION)
+    model.producer_name = original.producer_name
+    model.producer_version = original.producer_version
+    model.domain = original.domain
+    model.model_version = original.model_version
+    model.doc_string = original.doc_string
+    del model.metadata_props[:]
+    model.metadata_props.extend(original.metadata_props)
+    del model.opset_import[:]
+    model.opset_import.extend(original.opset_import)
+    known = {o.domain for o in model.opset_import}
+    for domain in sorted(_domains_used(model.graph) - known):
+        model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
+    if not model.functions and original.functions:
+        model.functions.extend(original.functions)
+    return model
+
+
+def _domains_used(graph: onnx.GraphProto) -> set[str]:
+    found = set()
+    for node in graph.node:
+        found.add("" if node.domain == "ai.onnx" else node.domain)
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                found |= _domains_used(sub)
+    return found
+
+
+def opset_of(graph: gs.Graph, domain: str = "") -> int:
+    opsets = graph.import_domains or []
+    for entry in opsets:
+        if entry.domain in (domain, "ai.onnx" if domain == "" else domain):
+            return entry.version
+    return graph.opset
+
+
+def all_graphs(graph: gs.Graph) -> list[gs.Graph]:
+    """The main graph followed by every nested subgraph (If/Loop/Scan bodies), outermost first."""
+    return [graph] + list(graph.subgraphs(recursive=True))
+
+
+def const_value(tensor: gs.Tensor | None) -> np.ndarray | None:
+    if isinstance(tensor, gs.Constant):
+        return np.asarray(tensor.values)
+    return None
+
+
+def is_scalar_const(tensor: gs.Tensor | None, value: float, rtol: float = 1e-3) -> bool:
+    """True when `tensor` is a constant whose every element is close to `value`."""
+    arr = const_value(tensor)
+    if arr is None or arr.size == 0 or arr.dtype.kind not in "fiu":
+        return False
+    return bool(np.allclose(arr.astype(np.float64), value, rtol=rtol, atol=1e-6))
+
+
+def consumers(tensor: gs.Tensor) -> list[gs.Node]:
+    return list(tensor.outputs)
+
+
+def graph_output_names(graph: gs.Graph) -> set[str]:
+    return {t.name for t in graph.outputs}
+
+
+class NameGen:
+    """Fresh, unique tensor and node names for rewrites (one per top-level graph)."""
+
+    def __init__(self, graph: gs.Graph):
+        self._taken = set()
+        for g in all_graphs(graph):
+            self._taken.update(g.tensors().keys())
+            self._taken.update(n.name for n in g.nodes if n.name)
+        self._counter = itertools.count()
+
+    def __call__(self, hint: str) -> str:
+        while True:
+            name = f"{hint}_{next(self._counter)}"
+            if name not in self._taken:
+                self._taken.add(name)
+                return name
+
+
+def iter_nodes(graph: gs.Graph) -> Iterator[tuple[gs.Graph, gs.Node]]:
+    for g in all_graphs(graph):
+        for node in list(g.nodes):
+            yield g, node
+
+
+def node_count(graph: gs.Graph) -> int:
+    return sum(len(g.nodes) for g in all_graphs(graph))

@@ -1,0 +1,132 @@
+"""Loading and saving ONNX models: validation with one-line errors, external data, atomic writes."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from .errors import BadInput
+
+# Protobuf cannot serialize a message over 2 GiB; stay clear of it with some headroom.
+EXTERNAL_DATA_THRESHOLD_BYTES = 1_800_000_000
+# onnxruntime 1.30 (the oldest one we support, on the H200 image) reads IR <= 13 / opset <= 26.
+MAX_IR_VERSION = 10
+
+
+def load_model(path: str | os.PathLike) -> onnx.ModelProto:
+    path = Path(path)
+    if not path.exists():
+        raise BadInput(f"{path}: no such file")
+    if path.is_dir():
+        raise BadInput(f"{path}: is a directory, expected an .onnx file")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, RuntimeWarning, ValueError) as exc:
+        raise BadInput(f"{path}: not a valid ONNX protobuf (truncated or another format): {_first_line(exc)}") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if model.ir_version == 0 or not model.HasField("graph"):
+        raise BadInput(f"{path}: not an ONNX model (no IR version or no graph)")
+    try:
+        onnx.load_external_data_for_model(model, str(path.parent))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path}: cannot load external data: {_first_line(exc)}") from None
+    _check_acyclic(model.graph, path)
+    _check_model(model, path)
+    return model
+
+
+def _check_model(model: onnx.ModelProto, path: Path) -> None:
+    try:
+        if model.ByteSize() < EXTERNAL_DATA_THRESHOLD_BYTES:
+            onnx.checker.check_model(model)
+        else:
+            onnx.checker.check_model(str(path))
+    except (onnx.checker.ValidationError, ValueError) as exc:
+        raise BadInput(f"{path}: the ONNX checker rejects the model: {_first_line(exc)}") from None
+
+
+def _check_acyclic(graph: onnx.GraphProto, path: Path) -> None:
+    # The checker reports a cycle as "not topologically sorted", which also hits merely unsorted
+    # graphs (which we accept and sort); name the cycle instead.
+    producer = {out: node for node in graph.node for out in node.output if out}
+    state: dict[int, int] = {}  # 1 = on the stack, 2 = done
+    for start in graph.node:
+        stack = [(start, iter(start.input))]
+        if state.get(id(start)):
+            continue
+        state[id(start)] = 1
+        while stack:
+            node, inputs = stack[-1]
+            for name in inputs:
+                parent = producer.get(name)
+                if parent is None:
+                    continue
+                mark = state.get(id(parent))
+                if mark == 1:
+                    raise BadInput(f"{path}: the graph has a cycle through node '{parent.name or parent.op_type}' (value '{name}')")
+                if mark is None:
+                    state[id(parent)] = 1
+                    stack.append((parent, iter(parent.input)))
+                    break
+            else:
+                state[id(node)] = 2
+                stack.pop()
+
+
+def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
+    """Write to a temporary name in the target folder, then rename: no partial output on failure."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise BadInput(f"{path}: output folder '{folder}' does not exist")
+    if not os.access(folder, os.W_OK):
+        raise BadInput(f"{path}: output folder '{folder}' is not writable")
+    is_large = model.ByteSize() >= EXTERNAL_DATA_THRESHOLD_BYTES if _fits_bytesize(model) else True
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    data_name = path.name + ".data"
+    tmp_data = folder / f".{data_name}.tmp"
+    try:
+        if is_large:
+            # External data paths are relative to the model file, so they must name the final file.
+            onnx.save_model(model, tmp_name, save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=tmp_data.name, size_threshold=1024)
+            _rename_external_location(tmp_name, tmp_data.name, data_name)
+            os.replace(tmp_data, folder / data_name)
+        else:
+            onnx.save_model(model, tmp_name)
+        os.replace(tmp_name, path)
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        for leftover in (Path(tmp_name), tmp_data):
+            if leftover.exists():
+                leftover.unlink()
+
+
+def _fits_bytesize(model: onnx.ModelProto) -> bool:
+    try:
+        model.ByteSize()
+        return True
+    except ValueError:
+        return False
+
+
+def _rename_external_location(model_path: str, old: str, new: str) -> None:
+    model = onnx.load(model_path, load_external_data=False)
+    tensors = list(onnx.external_data_helper._get_all_tensors(model))
+    for tensor in tensors:
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value == old:
+                entry.value = new
+    onnx.save_model(model, model_path)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]

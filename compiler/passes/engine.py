@@ -1,0 +1,142 @@
+"""The one rewrite engine: finds pattern matches, asks the rule, splices the replacement.
+
+The engine (not each fusion) handles commuted inputs (matcher), interior values used outside the
+match, splicing, provenance tags on new nodes and per-rule counts of matches and rejections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from ..graph import NameGen, all_graphs, const_value
+from .matcher import Bindings, match_node
+from .pattern import OpPattern, pattern_nodes
+from .stats import PassStats
+
+
+class Match:
+    """What a rule's `check` and `rewrite` see: captured values and the matched nodes by name."""
+
+    def __init__(self, graph: gs.Graph, root: gs.Node, pattern: OpPattern, bindings: Bindings, names: NameGen):
+        self.graph = graph
+        self.root = root
+        self.values = bindings.values
+        self._names = names
+        self._nodes_by_pattern = bindings.nodes
+        self.nodes = list({id(n): n for n in bindings.nodes.values()}.values())
+        self._by_name = {p.name: bindings.nodes[id(p)] for p in pattern_nodes(pattern) if p.name}
+        self.outputs = list(root.outputs)
+        self.exposed: dict[str, list[gs.Tensor]] = {}
+
+    def __getitem__(self, name: str) -> gs.Tensor:
+        return self.values[name]
+
+    def node(self, name: str) -> gs.Node:
+        return self._by_name[name]
+
+    def const(self, name: str) -> np.ndarray | None:
+        return const_value(self.values.get(name))
+
+    def fresh(self, hint: str) -> str:
+        return self._names(hint)
+
+    def value(self, hint: str, like: gs.Tensor | None = None, dtype=None, shape=None) -> gs.Variable:
+        """A new intermediate value; dtype and shape default to those of `like`."""
+        return gs.Variable(self.fresh(hint), dtype=dtype if dtype is not None else getattr(like, "dtype", None),
+                           shape=shape if shape is not None else getattr(like, "shape", None))
+
+    def constant(self, hint: str, array) -> gs.Constant:
+        return gs.Constant(self.fresh(hint), np.ascontiguousarray(array))
+
+
+Check = Callable[[Match], "str | None"]
+Rewrite = Callable[[Match], Sequence[gs.Node]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A fusion or rewrite. `check` returns None to accept or a reason string to decline.
+
+    `rewrite` builds the replacement; its last nodes must write `m.outputs` (the root's outputs,
+    so downstream consumers and output names stay). Interior nodes named in `exposed` may have
+    outputs used outside the match; the rewrite must write `m.exposed[name]` too.
+    """
+
+    name: str
+    pattern: OpPattern
+    rewrite: Rewrite
+    check: Check = lambda m: None
+    exposed: tuple[str, ...] = ()
+
+
+class RewritePass:
+    def __init__(self, name: str, rules: Sequence[Rule]):
+        self.name = name
+        self.rules = tuple(rules)
+
+    def run(self, graph: gs.Graph, stats: PassStats) -> int:
+        names = NameGen(graph)
+        num_changes = 0
+        for g in all_graphs(graph):
+            removed: set[int] = set()
+            for node in list(g.nodes):
+                if id(node) in removed:
+                    continue
+                for rule in self.rules:
+                    if node.op not in rule.pattern.op_types:
+                        continue
+                    consumed = self._try(rule, g, node, names, stats)
+                    if consumed:
+                        removed.update(id(n) for n in consumed)
+                        num_changes += 1
+                        break
+            if removed:
+                g.cleanup(remove_unused_graph_inputs=False).toposort()
+        return num_changes
+
+    def _try(self, rule: Rule, g: gs.Graph, node: gs.Node, names: NameGen, stats: PassStats):
+        first_reason = None
+        for bindings in match_node(rule.pattern, node, Bindings()):
+            m = Match(g, node, rule.pattern, bindings, names)
+            reason = _escaping_interior(m, rule) or rule.check(m)
+            if reason is None:
+                _splice(m, rule)
+                stats.record_match(rule.name)
+                return m.nodes
+            first_reason = first_reason or reason
+        if first_reason is not None:
+            stats.record_rejection(rule.name, first_reason, node.name or node.outputs[0].name)
+        return None
+
+
+def _escaping_interior(m: Match, rule: Rule) -> str | None:
+    matched = {id(n) for n in m.nodes}
+    graph_outputs = {id(t) for t in m.graph.outputs}
+    exposed_ids = {id(m.node(name)) for name in rule.exposed if name in m._by_name}
+    for node in m.nodes:
+        if node is m.root:
+            continue
+        for out in node.outputs:
+            escapes = id(out) in graph_outputs or any(id(c) not in matched for c in out.outputs)
+            if escapes and id(node) not in exposed_ids:
+                return f"an interior {node.op} output is used outside the pattern"
+    return None
+
+
+def _splice(m: Match, rule: Rule) -> None:
+    for name in rule.exposed:
+        if name in m._by_name:
+            m.exposed[name] = list(m.node(name).outputs)
+    # Build first, while the matched nodes still hold their inputs, then detach them: the old
+    # producers leave their output tensors, and the new nodes become those tensors' producers.
+    new_nodes = list(rule.rewrite(m))
+    for node in m.nodes:
+        node.inputs.clear()
+        node.outputs.clear()
+    for index, node in enumerate(new_nodes):
+        node.name = m.fresh(f"{rule.name}/{m.root.name or m.root.op}" + (f"/{index}" if index else ""))
+    m.graph.nodes.extend(new_nodes)

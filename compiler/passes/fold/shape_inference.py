@@ -1,0 +1,100 @@
+"""Shape inference with symbolic dims.
+
+Declared shapes are hints at best: a real model in the wild declares a wrong output shape, and a
+popular simplifier trusts it and silently changes that model's output. So every declared shape of
+an intermediate value or graph output is dropped and inferred afresh (onnx's inference with data
+propagation); a declared dim of 0 on an input is read as unknown; any `dim_param` text is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from ...graph import all_graphs
+from ...model_io import EXTERNAL_DATA_THRESHOLD_BYTES
+from ..stats import PassStats
+
+
+def _dims(type_proto: onnx.TypeProto):
+    if not type_proto.HasField("tensor_type") or not type_proto.tensor_type.HasField("shape"):
+        return None
+    dims = []
+    for d in type_proto.tensor_type.shape.dim:
+        if d.HasField("dim_value") and d.dim_value > 0:
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return dims
+
+
+def infer_shapes(graph: gs.Graph) -> dict[str, tuple]:
+    """Name -> (elem_type, dims) for every value onnx can infer, without touching the graph."""
+    for g in all_graphs(graph):
+        for tensor in g.inputs:
+            if tensor.shape is not None:
+                tensor.shape = [None if d == 0 else d for d in tensor.shape]
+    model = gs.export_onnx(graph, do_type_check=False)
+    del model.graph.value_info[:]
+    for output in model.graph.output:
+        output.type.tensor_type.ClearField("shape")
+    inferred = _run_inference(model)
+    found: dict[str, tuple] = {}
+    _collect(inferred.graph, found)
+    return found
+
+
+def _run_inference(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        if model.ByteSize() < EXTERNAL_DATA_THRESHOLD_BYTES:
+            return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except ValueError:
+        pass
+    with tempfile.TemporaryDirectory() as tmp:  # protobuf's 2 GiB limit: go through a file
+        path = os.path.join(tmp, "m.onnx")
+        onnx.save_model(model, path, save_as_external_data=True, location="m.data")
+        onnx.shape_inference.infer_shapes_path(path, path + ".out", strict_mode=False, data_prop=True)
+        return onnx.load(path + ".out", load_external_data=False)
+
+
+def _collect(graph: onnx.GraphProto, found: dict) -> None:
+    for value in list(graph.value_info) + list(graph.output):
+        if value.type.HasField("tensor_type"):
+            found[value.name] = (value.type.tensor_type.elem_type, _dims(value.type))
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _collect(sub, found)
+
+
+class InferShapes:
+    name = "shape_inference"
+
+    def run(self, graph: gs.Graph, stats: PassStats) -> int:
+        try:
+            found = infer_shapes(graph)
+        except (onnx.shape_inference.InferenceError, RuntimeError) as exc:
+            stats.record_rejection("infer_shapes", f"onnx shape inference failed: {str(exc).splitlines()[0][:160]}", "graph")
+            return 0
+        num_known = 0
+        for g in all_graphs(graph):
+            for tensor in g.tensors().values():
+                if isinstance(tensor, gs.Constant) or tensor in g.inputs:
+                    continue
+                entry = found.get(tensor.name)
+                if entry is None:
+                    tensor.shape = None  # never keep a declared shape that inference could not confirm
+                    continue
+                elem_type, dims = entry
+                if elem_type:
+                    tensor.dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+                tensor.shape = dims
+                num_known += 1
+        stats.record_match("values_with_inferred_type", 0)
+        stats.rule("values_with_inferred_type").matched = num_known
+        return 0  # inference informs the other passes; it never changes the graph itself
