@@ -34,6 +34,9 @@ def _resolve_dim(dim: onnx.TensorShapeProto.Dimension, known: dict[str, int], ov
     terms = [t.strip() for t in re.split(r"\+", name)] if "+" in name else []
     if terms and all(t in known or t.isdigit() for t in terms):
         value = sum(known[t] if t in known else int(t) for t in terms)
+    elif "total" in name.lower():
+        # exporters' convention: total_sequence_length = past_sequence_length + sequence_length
+        value = _past_dim(known) + _seq_dim(known)
     else:
         value = next((v for hint, v in DIM_HINTS if hint in name.lower()), DEFAULT_DIM)
     if name:
@@ -41,12 +44,29 @@ def _resolve_dim(dim: onnx.TensorShapeProto.Dimension, known: dict[str, int], ov
     return value
 
 
+def _past_dim(known: dict[str, int]) -> int:
+    return next((v for k, v in known.items() if "past" in k.lower()), DIM_HINTS[1][1])
+
+
+def _seq_dim(known: dict[str, int]) -> int:
+    return next((v for k, v in known.items() if "seq" in k.lower() and "past" not in k.lower() and "total" not in k.lower()),
+                DIM_HINTS[2][1])
+
+
+def _resolution_order(inputs) -> list:
+    # Dims named "total..." depend on the past and new lengths: resolve inputs carrying them last.
+    def has_total(value):
+        return any("total" in d.dim_param.lower() for d in value.type.tensor_type.shape.dim)
+
+    return sorted(inputs, key=has_total)
+
+
 def random_feeds(model: onnx.ModelProto, seed: int = 0, overrides: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     initializer_names = {t.name for t in model.graph.initializer}
     known: dict[str, int] = {}
     feeds = {}
-    for value in model.graph.input:
+    for value in _resolution_order(model.graph.input):
         if value.name in initializer_names:
             continue
         tensor_type = value.type.tensor_type
@@ -61,4 +81,4 @@ def random_feeds(model: onnx.ModelProto, seed: int = 0, overrides: dict[str, int
             feeds[value.name] = rng.integers(0, 2, size=shape).astype(bool)
         else:
             feeds[value.name] = rng.standard_normal(shape).astype(dtype)
-    return feeds
+    return {value.name: feeds[value.name] for value in model.graph.input if value.name in feeds}

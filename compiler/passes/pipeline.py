@@ -16,6 +16,9 @@ from .cleanup.dead_code import RemoveDeadCode
 from .cleanup.noop import RemoveNoOps
 from .engine import RewritePass
 from .fold import batchnorm, conv_affine
+from .fuse import (attention, bias_gelu, conv_activation, gelu, gemm, hardswish, layernorm, rmsnorm, rotary, silu,
+                   skip_layernorm, swiglu)
+from .layout import pretranspose_weights, transpose_cancel, transpose_into_matmul
 from .fold.constant_folding import FoldConstants
 from .fold.shape_inference import InferShapes
 from .stats import PassStats
@@ -51,8 +54,24 @@ PIPELINE: tuple[Phase, ...] = (
         Step(RemoveDeadCode(), "folded subgraphs leave dead nodes and initializers"),
     )),
     Phase("fuse", (
+        Step(RewritePass("fuse_hardswish", hardswish.RULES), "decomposed HardSwish first, so Conv epilogues see one op"),
+        Step(RewritePass("fuse_gelu", gelu.RULES), "erf/tanh GELU forms into one op before bias and GEMM epilogues look for it"),
+        Step(RewritePass("fuse_silu", silu.RULES), "x*sigmoid(x) into one op; SwiGLU and Conv epilogues build on it"),
+        Step(RewritePass("fuse_layernorm", layernorm.RULES), "before the residual-Add fusion, which matches on LayerNormalization"),
+        Step(RewritePass("fuse_rmsnorm", rmsnorm.RULES), "before the residual-Add fusion, which matches on the RMSNorm op"),
+        Step(RewritePass("fuse_skip_layernorm", skip_layernorm.RULES), "residual Add + norm, once both norm forms exist"),
+        Step(RewritePass("fuse_rotary", rotary.RULES), "RoPE before attention, whose Q/K inputs it feeds"),
+        Step(RewritePass("fuse_attention", attention.RULES), "before GEMM fusion so Q/K/V projections stay visible to the matcher"),
+        Step(RewritePass("fuse_swiglu", swiglu.RULES), "gate/up pair after SiLU fusion and before GEMM epilogues take the MatMuls"),
+        Step(RewritePass("fuse_bias_gelu", bias_gelu.RULES), "bias Add into GELU before the GEMM fusion would take the Add"),
+        Step(RewritePass("fuse_gemm", gemm.RULES), "MatMul + bias (+ activation) into a GEMM with epilogue"),
+        Step(RewritePass("fuse_conv_activation", conv_activation.RULES), "last: Conv takes its activation once bias/BN are folded"),
     )),
     Phase("layout", (
+        Step(RewritePass("cancel_transposes", transpose_cancel.RULES), "inverse pairs vanish and chains merge before folding into GEMMs"),
+        Step(RewritePass("transpose_into_matmul", transpose_into_matmul.RULES), "a Transpose feeding a MatMul/Gemm becomes a trans flag"),
+        Step(RewritePass("pretranspose_weights", pretranspose_weights.RULES), "constant weights stored in the order the GEMM reads them"),
+        Step(RemoveDeadCode(), "transposed weights leave the originals unused"),
     )),
     Phase("final", (
         Step(CommonSubexpressions(), "fusions can create equal nodes (e.g. one Transpose of a shared weight)"),

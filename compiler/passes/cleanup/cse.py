@@ -32,7 +32,7 @@ def _array_key(array: np.ndarray) -> str:
 
 
 def _node_key(node: gs.Node) -> tuple | None:
-    if node.op in NONDETERMINISTIC_OPS or node.op == "Constant" or node.subgraphs(recursive=False):
+    if node.op in NONDETERMINISTIC_OPS or node.op == "Constant" or any(True for _ in node.subgraphs()):
         return None
     attrs = tuple(sorted((k, _attr_key(v)) for k, v in node.attrs.items()))
     return (node.op, node.domain or "", tuple(id(t) for t in node.inputs), attrs, len(node.outputs))

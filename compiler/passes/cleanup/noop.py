@@ -20,12 +20,12 @@ from .bypass import bypass, bypass_reason
 Decision = "gs.Tensor | str | None"  # the input to pass through, a rejection reason, or None (not a no-op)
 
 
-def _identity(node: gs.Node):
+def _identity(graph: gs.Graph, node: gs.Node):
     return node.inputs[0]
 
 
-def _dropout(node: gs.Node):
-    if len(node.outputs) > 1 and node.outputs[1].outputs:
+def _dropout(graph: gs.Graph, node: gs.Node):
+    if len(node.outputs) > 1 and (node.outputs[1].outputs or node.outputs[1] in graph.outputs):
         return "its mask output is used"
     training = const_value(node.inputs[2]) if len(node.inputs) > 2 and not node.inputs[2].is_empty() else None
     if training is not None and bool(training):
@@ -35,7 +35,7 @@ def _dropout(node: gs.Node):
     return node.inputs[0]
 
 
-def _cast_same(node: gs.Node):
+def _cast_same(graph: gs.Graph, node: gs.Node):
     src = node.inputs[0]
     if src.dtype is None:
         return None
@@ -43,7 +43,7 @@ def _cast_same(node: gs.Node):
     return src if target is not None and np.dtype(target) == np.dtype(src.dtype) else None
 
 
-def _same_static_shape(node: gs.Node):
+def _same_static_shape(graph: gs.Graph, node: gs.Node):
     src, out = node.inputs[0], node.outputs[0]
     if _is_static(src.shape) and _is_static(out.shape) and tuple(src.shape) == tuple(out.shape):
         if node.op == "Transpose":
@@ -59,7 +59,7 @@ def _same_static_shape(node: gs.Node):
 
 
 def _neutral_operand(neutral: float, commutes: bool):
-    def decide(node: gs.Node):
+    def decide(graph: gs.Graph, node: gs.Node):
         for data_index, const_index in ((0, 1), (1, 0)) if commutes else ((0, 1),):
             constant = const_value(node.inputs[const_index])
             data = node.inputs[data_index]
@@ -76,14 +76,14 @@ def _neutral_operand(neutral: float, commutes: bool):
     return decide
 
 
-def _full_slice(node: gs.Node):
+def _full_slice(graph: gs.Graph, node: gs.Node):
     steps = const_value(node.inputs[4]) if len(node.inputs) > 4 and not node.inputs[4].is_empty() else None
     if len(node.inputs) > 4 and not node.inputs[4].is_empty() and (steps is None or np.any(steps != 1)):
         return None  # a reversed or strided slice moves elements even when the shape stays
-    return _same_static_shape(node)
+    return _same_static_shape(graph, node)
 
 
-def _single_input_concat(node: gs.Node):
+def _single_input_concat(graph: gs.Graph, node: gs.Node):
     return node.inputs[0] if len(node.inputs) == 1 else None
 
 
@@ -136,7 +136,7 @@ class RemoveNoOps:
                 for rule_name, _, decide in by_op.get(node.op, ()):
                     if not node.outputs or not node.inputs:
                         continue
-                    decision = decide(node)
+                    decision = decide(g, node)
                     if decision is None:
                         continue
                     reason = decision if isinstance(decision, str) else bypass_reason(g, node, decision)

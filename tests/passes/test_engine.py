@@ -1,0 +1,71 @@
+import numpy as np
+import onnx_graphsurgeon as gs
+from onnx import helper
+
+from infc.compiler.passes.engine import Rule
+from infc.compiler.passes.pattern import const, op, var
+from infc.compiler.testing import assert_matches_ort, make_model, ops_of, rule_stats, run_rules
+
+F32 = np.float32
+
+
+def _relu_of_add_rule(check=lambda m: None, exposed=()):
+    def rewrite(m):
+        hidden = m.value("sum", like=m.outputs[0])
+        return [gs.Node("Sum", inputs=[m["x"], m["c"]], outputs=[hidden]), gs.Node("Relu", inputs=[hidden], outputs=m.outputs)]
+
+    return Rule("add_relu", op.Relu(op.Add(var("x"), const("c"), name="add")), rewrite, check, exposed)
+
+
+def _model(commuted=False, extra_use=False):
+    add_inputs = ["c", "x"] if commuted else ["x", "c"]
+    nodes = [helper.make_node("Add", add_inputs, ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    outputs = [("y", F32, [2, 3])]
+    if extra_use:
+        nodes.append(helper.make_node("Neg", ["s"], ["z"]))
+        outputs.append(("z", F32, [2, 3]))
+    return make_model(nodes, [("x", F32, [2, 3])], outputs, {"c": np.arange(3, dtype=F32)})
+
+
+def test_rule_matches_and_keeps_numerics():
+    model = _model()
+    result = run_rules(model, [_relu_of_add_rule()])
+    assert rule_stats(result, "add_relu") == (1, {})
+    assert ops_of(result.model) == ["Sum", "Relu"]
+    assert result.model.graph.node[1].name.startswith("add_relu/")  # provenance tag
+    assert_matches_ort(model, result.model)
+
+
+def test_commuted_inputs_match():
+    result = run_rules(_model(commuted=True), [_relu_of_add_rule()])
+    assert rule_stats(result, "add_relu")[0] == 1
+
+
+def test_interior_value_used_outside_is_rejected_with_reason():
+    result = run_rules(_model(extra_use=True), [_relu_of_add_rule()])
+    assert rule_stats(result, "add_relu") == (0, {"an interior Add output is used outside the pattern": 1})
+    assert sorted(ops_of(result.model)) == ["Add", "Neg", "Relu"]
+
+
+def test_check_reason_is_counted():
+    result = run_rules(_model(), [_relu_of_add_rule(check=lambda m: "not today")])
+    assert rule_stats(result, "add_relu") == (0, {"not today": 1})
+
+
+def test_exposed_interior_value_is_kept():
+    def rewrite(m):
+        return [gs.Node("Sum", inputs=[m["x"], m["c"]], outputs=m.exposed["add"]),
+                gs.Node("Relu", inputs=m.exposed["add"], outputs=m.outputs)]
+
+    model = _model(extra_use=True)
+    rule = Rule("add_relu", op.Relu(op.Add(var("x"), const("c"), name="add")), rewrite, exposed=("add",))
+    result = run_rules(model, [rule])
+    assert rule_stats(result, "add_relu")[0] == 1
+    assert_matches_ort(model, result.model)
+
+
+def test_same_capture_name_must_bind_same_value():
+    nodes = [helper.make_node("Mul", ["x", "w"], ["y"])]
+    model = make_model(nodes, [("x", F32, [4]), ("w", F32, [4])], [("y", F32, [4])])
+    rule = Rule("square", op.Mul(var("x"), var("x")), lambda m: [gs.Node("Neg", inputs=[m["x"]], outputs=m.outputs)])
+    assert rule_stats(run_rules(model, [rule]), "square")[0] == 0
