@@ -87,7 +87,10 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
     if not os.access(folder, os.W_OK):
         raise BadInput(f"{path}: output folder '{folder}' is not writable")
     is_large = model.ByteSize() >= EXTERNAL_DATA_THRESHOLD_BYTES if _fits_bytesize(model) else True
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot write: {exc.strerror or exc}") from None
     os.close(fd)
     data_name = path.name + ".data"
     tmp_data = folder / f".{data_name}.tmp"

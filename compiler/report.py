@@ -17,14 +17,17 @@ def report_json(result: OptimizeResult) -> dict:
     rules: dict[str, dict] = {}
     for stats in result.pipeline.stats:
         for name, rule in stats.rules.items():
-            entry = rules.setdefault(name, {"pass": stats.name, "matched": 0, "rejected": Counter()})
+            entry = rules.setdefault(name, {"pass": stats.name, "matched": 0, "rejected_at": {}})
             entry["matched"] += rule.matched
-            entry["rejected"].update(rule.rejected())
+            # A pass that runs in two phases sees the same declined node twice: count places once.
+            for reason, places in rule.rejected_at.items():
+                entry["rejected_at"].setdefault(reason, set()).update(places)
     return {
         "nodes_before": result.pipeline.nodes_before,
         "nodes_after": result.pipeline.nodes_after,
         "time_s": round(result.pipeline.time_s, 4),
-        "rules": {name: {"pass": e["pass"], "matched": e["matched"], "rejected": dict(e["rejected"].most_common())}
+        "rules": {name: {"pass": e["pass"], "matched": e["matched"],
+                         "rejected": dict(Counter({r: len(p) for r, p in e["rejected_at"].items()}).most_common())}
                   for name, e in rules.items()},
         "passes": [s.to_json() for s in result.pipeline.stats],
         "ops_before": dict(result.ops_before.most_common()),

@@ -1,0 +1,95 @@
+"""The plan file: magic, version, JSON header, 64-byte aligned raw sections with a sha256 each.
+
+Plans are data, never code: nothing here unpickles, evals or execs. Shared by the compiler (which
+writes plans) and the runtime (which reads them), so it imports neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BadInput
+
+MAGIC = b"INFCPLAN"
+FORMAT_VERSION = 1
+ALIGNMENT = 64
+_PREFIX = struct.Struct("<8sIQ")  # magic, format version, header length
+
+
+@dataclass
+class Plan:
+    path: Path
+    meta: dict
+    sections: dict[str, memoryview]
+
+
+def _aligned(offset: int) -> int:
+    return (offset + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def write_plan(path: str | os.PathLike, meta: dict, sections: dict[str, bytes]) -> None:
+    """Atomic: written under a temporary name in the same folder, then renamed."""
+    path = Path(path)
+    table, offset = [], 0
+    for name, data in sections.items():
+        offset = _aligned(offset)
+        table.append({"name": name, "offset": offset, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        offset += len(data)
+    header = json.dumps({"meta": meta, "sections": table}, separators=(",", ":")).encode()
+    data_start = _aligned(_PREFIX.size + len(header))
+    folder = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)))
+            handle.write(header)
+            for entry, data in zip(table, sections.values()):
+                handle.seek(data_start + entry["offset"])
+                handle.write(data)
+            handle.truncate(data_start + offset)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def read_plan(path: str | os.PathLike, verify: bool = True) -> Plan:
+    path = Path(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no such plan file")
+    with open(path, "rb") as handle:
+        prefix = handle.read(_PREFIX.size)
+        if len(prefix) < _PREFIX.size or prefix[:8] != MAGIC:
+            raise BadInput(f"{path}: not an infc plan (bad magic)")
+        _, version, header_len = _PREFIX.unpack(prefix)
+        if version > FORMAT_VERSION:
+            raise BadInput(f"{path}: plan format version {version} is newer than this infc reads ({FORMAT_VERSION}); upgrade infc")
+        header_bytes = handle.read(header_len)
+        if len(header_bytes) != header_len:
+            raise BadInput(f"{path}: truncated plan (header cut short)")
+        try:
+            header = json.loads(header_bytes)
+            meta, table = header["meta"], header["sections"]
+        except (ValueError, KeyError, TypeError):
+            raise BadInput(f"{path}: corrupt plan header") from None
+        data_start = _aligned(_PREFIX.size + header_len)
+        size = os.fstat(handle.fileno()).st_size
+        end = data_start + max((e["offset"] + e["size"] for e in table), default=0)
+        if size < end:
+            raise BadInput(f"{path}: truncated plan ({size} bytes, sections need {end})")
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+    view = memoryview(mapped) if mapped is not None else memoryview(b"")
+    sections = {}
+    for entry in table:
+        chunk = view[data_start + entry["offset"]: data_start + entry["offset"] + entry["size"]]
+        if verify and hashlib.sha256(chunk).hexdigest() != entry["sha256"]:
+            raise BadInput(f"{path}: section '{entry['name']}' fails its sha256 check (the file is corrupt)")
+        sections[entry["name"]] = chunk
+    return Plan(path, meta, sections)

@@ -1,0 +1,52 @@
+"""Model loading and saving: external data, the 2 GB path, atomic writes, ORT detection."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from infc.compiler import model_io, ort_env
+from infc.compiler.errors import InfcError
+from infc.compiler.optimize import optimize_model
+from infc.compiler.testing import assert_matches_ort, make_model
+
+F32 = np.float32
+
+
+def _weighted_model():
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(F32)
+    nodes = [helper.make_node("Identity", ["x"], ["a"]), helper.make_node("MatMul", ["a", "w"], ["y"])]
+    return make_model(nodes, [("x", F32, [2, 64])], [("y", F32, [2, 64])], {"w": w})
+
+
+def test_model_with_external_data_loads_and_round_trips(tmp_path):
+    src = tmp_path / "ext.onnx"
+    onnx.save_model(_weighted_model(), src, save_as_external_data=True, location="ext.bin", size_threshold=0)
+    model = model_io.load_model(src)
+    result = optimize_model(model)
+    out = tmp_path / "out.onnx"
+    model_io.save_model(result.model, out)
+    assert_matches_ort(model, model_io.load_model(out))
+
+
+def test_large_models_are_written_with_external_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_io, "EXTERNAL_DATA_THRESHOLD_BYTES", 1000)  # pretend 16 KB is "over 2 GB"
+    out = tmp_path / "big.onnx"
+    model_io.save_model(_weighted_model(), out)
+    assert (tmp_path / "big.onnx.data").stat().st_size >= 64 * 64 * 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.onnx", "big.onnx.data"]
+    reloaded = model_io.load_model(out)
+    assert_matches_ort(_weighted_model(), reloaded)
+
+
+def test_written_models_use_an_ir_version_ort_reads(tmp_path):
+    model = _weighted_model()
+    model.ir_version = 13
+    result = optimize_model(model)
+    assert result.model.ir_version <= model_io.MAX_IR_VERSION
+
+
+def test_mixed_onnxruntime_installs_are_reported(monkeypatch):
+    monkeypatch.setattr(ort_env, "installed_ort_distributions", lambda: ["onnxruntime==1.31.1", "onnxruntime-gpu==1.31.1"])
+    with pytest.raises(InfcError, match="both onnxruntime==1.31.1 and onnxruntime-gpu==1.31.1 are installed"):
+        ort_env.require_onnxruntime()
