@@ -133,10 +133,12 @@ def _splice(m: Match, rule: Rule) -> None:
             m.exposed[name] = list(m.node(name).outputs)
     # Build first, while the matched nodes still hold their inputs, then detach them: the old
     # producers leave their output tensors, and the new nodes become those tensors' producers.
+    # New nodes are named before the old ones are detached: graphsurgeon unhooks a producer from
+    # its tensors by equality, which compares names, so a same-looking new node must differ in name.
     new_nodes = list(rule.rewrite(m))
+    for index, node in enumerate(new_nodes):
+        node.name = m.fresh(f"{rule.name}/{m.root.name or m.root.op}" + (f"/{index}" if index else ""))
     for node in m.nodes:
         node.inputs.clear()
         node.outputs.clear()
-    for index, node in enumerate(new_nodes):
-        node.name = m.fresh(f"{rule.name}/{m.root.name or m.root.op}" + (f"/{index}" if index else ""))
     m.graph.nodes.extend(new_nodes)

@@ -20,7 +20,7 @@ from ..errors import BadInput
 MAGIC = b"INFCPLAN"
 FORMAT_VERSION = 1
 ALIGNMENT = 64
-_PREFIX = struct.Struct("<8sIQ")  # magic, format version, header length
+_PREFIX = struct.Struct("<8sIQ32s")  # magic, format version, header length, header sha256
 
 
 @dataclass
@@ -48,7 +48,7 @@ def write_plan(path: str | os.PathLike, meta: dict, sections: dict[str, bytes]) 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)))
+            handle.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(header), hashlib.sha256(header).digest()))
             handle.write(header)
             for entry, data in zip(table, sections.values()):
                 handle.seek(data_start + entry["offset"])
@@ -68,19 +68,23 @@ def read_plan(path: str | os.PathLike, verify: bool = True) -> Plan:
         prefix = handle.read(_PREFIX.size)
         if len(prefix) < _PREFIX.size or prefix[:8] != MAGIC:
             raise BadInput(f"{path}: not an infc plan (bad magic)")
-        _, version, header_len = _PREFIX.unpack(prefix)
+        _, version, header_len, header_sha = _PREFIX.unpack(prefix)
         if version > FORMAT_VERSION:
             raise BadInput(f"{path}: plan format version {version} is newer than this infc reads ({FORMAT_VERSION}); upgrade infc")
+        if version < 1:
+            raise BadInput(f"{path}: corrupt plan (format version {version})")
+        size = os.fstat(handle.fileno()).st_size
+        if _PREFIX.size + header_len > size:
+            raise BadInput(f"{path}: truncated or corrupt plan (header length {header_len} exceeds the file)")
         header_bytes = handle.read(header_len)
-        if len(header_bytes) != header_len:
-            raise BadInput(f"{path}: truncated plan (header cut short)")
+        if hashlib.sha256(header_bytes).digest() != header_sha:
+            raise BadInput(f"{path}: the plan header fails its sha256 check (the file is corrupt)")
         try:
             header = json.loads(header_bytes)
             meta, table = header["meta"], header["sections"]
         except (ValueError, KeyError, TypeError):
             raise BadInput(f"{path}: corrupt plan header") from None
         data_start = _aligned(_PREFIX.size + header_len)
-        size = os.fstat(handle.fileno()).st_size
         end = data_start + max((e["offset"] + e["size"] for e in table), default=0)
         if size < end:
             raise BadInput(f"{path}: truncated plan ({size} bytes, sections need {end})")

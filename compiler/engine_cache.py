@@ -1,0 +1,136 @@
+"""The engine cache: built plans stored under a content-addressed key, and every miss explained.
+
+Key = sha256 over the model bytes (external data included), the normalized profile, the build
+options, the target fingerprint and the infc version. Each entry keeps those components beside the
+plan, so a miss can say which one changed since the last build of the same model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from .target import fingerprint_id
+
+COMPONENTS = ("model", "profile", "options", "target", "infc_version")
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("INFC_CACHE_DIR") or Path.cwd() / "cache")
+
+
+def model_digest(path: Path) -> str:
+    """sha256 of the model file and every external data file it references."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+        locations = sorted({e.value for t in onnx.external_data_helper._get_all_tensors(model)
+                            for e in t.external_data if e.key == "location"})
+    except Exception:  # noqa: BLE001 - the loader reports bad models; here we only hash
+        locations = []
+    for location in locations:
+        data_path = path.parent / location
+        digest.update(location.encode())
+        if data_path.is_file():
+            with open(data_path, "rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()
+
+
+@dataclass
+class CacheLookup:
+    key: str
+    hit: bool
+    plan_path: Path
+    reason: str  # why it missed (or "hit")
+
+
+class EngineCache:
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.engines = self.folder / "engines"
+
+    def components(self, model_path: Path, profile_digest: str, options: dict, fingerprint: dict, version: str) -> dict:
+        return {"model": model_digest(model_path), "profile": profile_digest,
+                "options": hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest(),
+                "target": hashlib.sha256(fingerprint_id(fingerprint).encode()).hexdigest(), "infc_version": version}
+
+    @staticmethod
+    def key_of(components: dict) -> str:
+        return hashlib.sha256(json.dumps({k: components[k] for k in COMPONENTS}, sort_keys=True).encode()).hexdigest()[:32]
+
+    def lookup(self, model_path: Path, components: dict) -> CacheLookup:
+        key = self.key_of(components)
+        plan = self.engines / f"{key}.plan"
+        if plan.is_file() and (self.engines / f"{key}.json").is_file():
+            return CacheLookup(key, True, plan, "hit")
+        return CacheLookup(key, False, plan, self._why_missed(model_path, components))
+
+    def _why_missed(self, model_path: Path, components: dict) -> str:
+        same_model = [e for e in self.entries() if e.get("model_name") == model_path.name]
+        if not same_model:
+            return "no earlier build of this model in the cache"
+        latest = max(same_model, key=lambda e: e.get("created", 0))
+        changed = [k for k in COMPONENTS if latest.get("components", {}).get(k) != components[k]]
+        return "changed since the last build of this model: " + ", ".join(changed) if changed else "entry incomplete"
+
+    def store(self, key: str, built_plan: Path, model_path: Path, components: dict, extra: dict) -> Path:
+        """Atomic: parallel builds of one key each rename a complete file into place."""
+        self.engines.mkdir(parents=True, exist_ok=True)
+        target = self.engines / f"{key}.plan"
+        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.engines)
+        os.close(fd)
+        try:
+            shutil.copyfile(built_plan, tmp)
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        record = {"key": key, "model_name": model_path.name, "model_path": str(model_path), "components": components,
+                  "created": time.time(), **extra}
+        _write_json_atomic(self.engines / f"{key}.json", record)
+        return target
+
+    def entries(self) -> list[dict]:
+        if not self.engines.is_dir():
+            return []
+        found = []
+        for meta in sorted(self.engines.glob("*.json")):
+            try:
+                record = json.loads(meta.read_text())
+            except (OSError, ValueError):
+                continue
+            plan = self.engines / f"{record.get('key')}.plan"
+            record["plan_bytes"] = plan.stat().st_size if plan.is_file() else 0
+            found.append(record)
+        return found
+
+    def clear(self) -> int:
+        removed = 0
+        if self.engines.is_dir():
+            for item in self.engines.iterdir():
+                item.unlink()
+                removed += item.suffix == ".plan"
+        timing = self.folder / "timing_cache.json"
+        if timing.is_file():
+            timing.unlink()
+        return removed
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+    os.replace(tmp, path)
