@@ -54,6 +54,10 @@ class Match:
 
 
 Check = Callable[[Match], "str | None"]
+
+# A `check` may return this to say "the pattern matched, but there is nothing to do here" (e.g. a
+# Gemm that already has the layout a rule would produce): not a rejection, so not counted.
+NOT_APPLICABLE = "<not applicable>"
 Rewrite = Callable[[Match], Sequence[gs.Node]]
 
 
@@ -103,6 +107,8 @@ class RewritePass:
         for bindings in match_node(rule.pattern, node, Bindings()):
             m = Match(g, node, rule.pattern, bindings, names)
             reason = _escaping_interior(m, rule) or rule.check(m)
+            if reason == NOT_APPLICABLE:
+                continue
             if reason is None:
                 _splice(m, rule)
                 stats.record_match(rule.name)

@@ -69,6 +69,7 @@ PIPELINE: tuple[Phase, ...] = (
     )),
     Phase("layout", (
         Step(RewritePass("cancel_transposes", transpose_cancel.RULES), "inverse pairs vanish and chains merge before folding into GEMMs"),
+        Step(RemoveNoOps(), "cancelled Transpose pairs leave Identity nodes to bypass"),
         Step(RewritePass("transpose_into_matmul", transpose_into_matmul.RULES), "a Transpose feeding a MatMul/Gemm becomes a trans flag"),
         Step(RewritePass("pretranspose_weights", pretranspose_weights.RULES), "constant weights stored in the order the GEMM reads them"),
         Step(RemoveDeadCode(), "transposed weights leave the originals unused"),
