@@ -90,14 +90,20 @@ class RewritePass:
             for node in list(g.nodes):
                 if id(node) in removed:
                     continue
+                declined = []  # recorded only when no rule of this pass rewrote the node
                 for rule in self.rules:
                     if node.op not in rule.pattern.op_types:
                         continue
-                    consumed = self._try(rule, g, node, names, stats)
+                    consumed, reason = self._try(rule, g, node, names, stats)
                     if consumed:
                         removed.update(id(n) for n in consumed)
                         num_changes += 1
                         break
+                    if reason is not None:
+                        declined.append((rule.name, reason))
+                else:
+                    for rule_name, reason in declined:
+                        stats.record_rejection(rule_name, reason, node.name or node.outputs[0].name)
             if removed:
                 g.cleanup(remove_unused_graph_inputs=False).toposort()
         return num_changes
@@ -112,11 +118,9 @@ class RewritePass:
             if reason is None:
                 _splice(m, rule)
                 stats.record_match(rule.name)
-                return m.nodes
+                return m.nodes, None
             first_reason = first_reason or reason
-        if first_reason is not None:
-            stats.record_rejection(rule.name, first_reason, node.name or node.outputs[0].name)
-        return None
+        return None, first_reason
 
 
 def _escaping_interior(m: Match, rule: Rule) -> str | None:
