@@ -104,13 +104,14 @@ def run_pipeline(graph: gs.Graph, pipeline: tuple[Phase, ...] = PIPELINE, progre
             for step, s in zip(phase.steps, stats):
                 if progress:
                     progress(phase.name, step.pass_.name)
+                before = node_count(graph)
                 if s.runs == 0:
-                    s.nodes_before = node_count(graph)
+                    s.nodes_before = s.nodes_after = before
                 t0 = time.perf_counter()
                 num_changes += step.pass_.run(graph, s)
                 s.time_s += time.perf_counter() - t0
                 s.runs += 1
-                s.nodes_after = node_count(graph)
+                s.nodes_after += node_count(graph) - before  # only this pass's own change, over all rounds
             if num_changes == 0:
                 break
         all_stats.extend(stats)

@@ -1,4 +1,6 @@
-"""Shape, Size and Shape->Gather/Slice chains become constants when the dims they read are static."""
+"""Nodes that read only metadata fold to constants: Shape, Size and Shape->Gather/Slice chains when
+the dims they read are static, and CastLike of a constant to a value whose dtype is known (the
+dynamo exporter writes `CastLike(0.0, x)` for every default bias and Clip bound)."""
 
 from __future__ import annotations
 
@@ -46,6 +48,10 @@ def fold_shape_node(node: gs.Node, stats: PassStats) -> bool:
             _replace_with_constant(node, np.array(int(np.prod(shape)), dtype=np.int64))
             stats.record_match("fold_static_size")
             return True
+    elif node.op == "CastLike" and len(node.inputs) == 2 and isinstance(node.inputs[0], gs.Constant) and node.inputs[1].dtype is not None:
+        _replace_with_constant(node, np.asarray(node.inputs[0].values).astype(node.inputs[1].dtype))
+        stats.record_match("fold_castlike_of_constant")
+        return True
     elif node.op == "Gather" and len(node.inputs) == 2 and _is_shape_output(node.inputs[0]):
         dims = _shape_of(node.inputs[0].inputs[0])
         indices = const_value(node.inputs[1])
