@@ -1,0 +1,122 @@
+"""The timing cache: measured winners by tuning key, in one JSON file that every build on a machine shares.
+
+Human-readable (indented, sorted keys): one entry per key string with the winner, every candidate's
+median time and status, and the date. Keys name only the GEMM problem and the target, so the next
+model with the same problem is served from here without benchmarking.
+
+Two builds may save at once. Each save holds an exclusive flock on a side lock file while it
+re-reads the cache, lays its own new entries over what it finds and renames a temporary file over
+the cache: neither build loses the other's entries, and readers never see a half-written file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import BadInput
+from .key import TuningKey
+from .tuner import TuneResult
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: saves still rename atomically, but concurrent builds may drop entries
+    fcntl = None  # type: ignore[assignment]
+
+FORMAT = "infc-timing-cache"
+FORMAT_VERSION = 1
+
+
+class TimingCache:
+    """`path=None` keeps the cache in memory only."""
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path) if path is not None else None
+        self.entries: dict[str, dict[str, Any]] = _read(self.path) if self.path is not None else {}
+        self._unsaved: dict[str, dict[str, Any]] = {}
+        self.num_hits = 0
+        self.num_misses = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __contains__(self, key: TuningKey | str) -> bool:
+        return str(key) in self.entries
+
+    def get(self, key: TuningKey | str) -> TuneResult | None:
+        entry = self.entries.get(str(key))
+        result = None
+        if entry is not None:
+            try:
+                result = TuneResult.from_json(entry, status="cached")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                result = None  # a malformed entry is a miss; the fresh measurement replaces it
+        if result is None:
+            self.num_misses += 1
+        else:
+            self.num_hits += 1
+        return result
+
+    def put(self, result: TuneResult) -> None:
+        entry = result.to_json()
+        entry.pop("status", None)  # an entry is always a finished measurement; whoever reads it back calls it "cached"
+        self.entries[str(result.key)] = entry
+        self._unsaved[str(result.key)] = entry
+
+    def save(self) -> None:
+        if self.path is None or not self._unsaved:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(self.path):
+            merged = _read(self.path)
+            merged.update(self._unsaved)
+            _write_atomic(self.path, {"format": FORMAT, "version": FORMAT_VERSION, "entries": merged})
+        self.entries = merged  # now holds what other builds saved meanwhile, too
+        self._unsaved = {}
+
+
+def _read(path: Path) -> dict[str, dict[str, Any]]:
+    if not path.exists():
+        return {}
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BadInput(f"{path}: not a readable timing cache ({exc}); delete it to start a new one") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT or not isinstance(document.get("entries"), dict):
+        raise BadInput(f"{path}: not an infc timing cache (field 'format' must be '{FORMAT}', 'entries' an object)")
+    version = document.get("version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise BadInput(f"{path}: timing cache field 'version' is {version!r}; this infc reads version {FORMAT_VERSION}")
+    return document["entries"]
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    if fcntl is None:
+        yield
+        return
+    # The lock file is never deleted: removing it would let a third build lock a fresh inode meanwhile.
+    fd = os.open(path.with_name(path.name + ".lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _write_atomic(path: Path, document: dict[str, Any]) -> None:
+    text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False, ensure_ascii=False) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
