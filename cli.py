@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import click
@@ -126,6 +127,18 @@ def inspect(target, as_json, html_path):
 
     if html_path:
         _check_writable_output(html_path)
+    if _is_plan(target):
+        from .compiler.plan_report import plan_report, print_plan_report
+
+        report = plan_report(target)
+        if html_path:
+            _write_text_atomic(html_path, "<!DOCTYPE html><html><head><meta charset='utf-8'><title>infc plan</title></head>"
+                               f"<body><pre>{__import__('html').escape(json.dumps(report, indent=2))}</pre></body></html>")
+        if as_json:
+            click.echo(json.dumps(report, indent=2))
+        else:
+            print_plan_report(report, Console())
+        return
     _, result = _run_optimize(target, quiet=as_json)
     report = report_json(result)
     report["model"] = str(target)
@@ -135,6 +148,113 @@ def inspect(target, as_json, html_path):
         click.echo(json.dumps(report, indent=2))
     else:
         print_report(report, Console())
+
+
+def _is_plan(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(8) == b"INFCPLAN"
+    except OSError:
+        return False
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--profile", "profile_path", type=click.Path(dir_okay=False), help="Shape profile (YAML); default: the model's static shapes.")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the plan.")
+@click.option("--target", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8", "w8"]), default="fp32", show_default=True)
+@click.option("--cache-dir", type=click.Path(file_okay=False), help="Engine and timing cache folder (default: ./cache or $INFC_CACHE_DIR).")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the engine cache.")
+@click.option("--no-fallback", is_flag=True, help="Fail when an op has no native kernel instead of running it in onnxruntime.")
+@click.option("--verify", is_flag=True, help="Compare the plan's outputs with onnxruntime on the original model.")
+@click.option("--json", "as_json", is_flag=True, help="Print a machine-readable build report on stdout.")
+def build(model, profile_path, output, target, precision, cache_dir, no_cache, no_fallback, verify, as_json):
+    """Build MODEL into a plan bound to this machine."""
+    from .compiler.build import BuildOptions, build as run_build
+    from .compiler.engine_cache import default_cache_dir
+    from .compiler.plan_report import print_build_report
+
+    if precision != "fp32":
+        raise BadInput(f"--precision {precision}: not available yet in this build of infc (fp32 only)")
+    options = BuildOptions(target=target, precision=precision, allow_fallback=not no_fallback, verify=verify,
+                           use_cache=not no_cache, cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
+                           show_progress=not as_json)
+    log = (lambda msg: None) if as_json else (lambda msg: stderr.print(msg))
+    report = run_build(model, profile_path, output, options, log)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, default=str))
+    else:
+        print_build_report(report, Console())
+
+
+@main.command()
+@click.argument("plan", type=click.Path(dir_okay=False))
+@click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), help=".npz keyed by input name (default: random).")
+@click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False), help="Write outputs to this .npz.")
+@click.option("--iterations", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option("--seed", default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print latency statistics as JSON.")
+def run(plan, inputs_path, outputs_path, iterations, seed, as_json):
+    """Run a plan: on given inputs or random ones, timing N iterations."""
+    import numpy as np
+
+    from .compiler.runtime.session import PlanSession
+    from .compiler.runtime.feeds_io import load_feeds, random_plan_feeds, save_outputs
+
+    if outputs_path:
+        _check_writable_output(outputs_path)
+    session = PlanSession(plan)
+    feeds = load_feeds(inputs_path) if inputs_path else random_plan_feeds(session, seed)
+    feeds = session.check_feeds(feeds, inputs_path or "random inputs")
+    outputs = session.run(feeds)
+    times = session.benchmark(feeds, iterations)
+    if outputs_path:
+        save_outputs(outputs_path, outputs)
+    stats = {"plan": str(plan), "iterations": iterations,
+             "latency_ms": {"p50": float(np.percentile(times, 50)), "p90": float(np.percentile(times, 90)),
+                            "p99": float(np.percentile(times, 99)), "mean": float(np.mean(times)), "iterations": iterations},
+             "outputs": {name: {"shape": list(a.shape), "dtype": a.dtype.name} for name, a in outputs.items()}}
+    if as_json:
+        click.echo(json.dumps(stats, indent=2))
+        return
+    lat = stats["latency_ms"]
+    for name, info in stats["outputs"].items():
+        click.echo(f"output {name}: {info['dtype']} {info['shape']}")
+    click.echo(f"latency over {iterations} runs: p50 {lat['p50']:.3f} ms, p90 {lat['p90']:.3f} ms, p99 {lat['p99']:.3f} ms")
+
+
+@main.group()
+def cache():
+    """The engine and timing cache."""
+
+
+@cache.command("ls")
+@click.option("--cache-dir", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+def cache_ls(cache_dir, as_json):
+    """List cached plans."""
+    from .compiler.engine_cache import EngineCache, default_cache_dir
+
+    entries = EngineCache(Path(cache_dir) if cache_dir else default_cache_dir()).entries()
+    if as_json:
+        click.echo(json.dumps([{k: e.get(k) for k in ("key", "model_name", "plan_bytes", "created")} for e in entries], indent=2))
+        return
+    if not entries:
+        click.echo("engine cache is empty")
+    for e in entries:
+        click.echo(f"{e['key']}  {e.get('model_name')}  {e.get('plan_bytes', 0) / 1e6:.2f} MB  "
+                   f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(e.get('created', 0)))}")
+
+
+@cache.command("clear")
+@click.option("--cache-dir", type=click.Path(file_okay=False))
+def cache_clear(cache_dir):
+    """Remove every cached plan and the timing cache."""
+    from .compiler.engine_cache import EngineCache, default_cache_dir
+
+    removed = EngineCache(Path(cache_dir) if cache_dir else default_cache_dir()).clear()
+    click.echo(f"removed {removed} cached plans and the timing cache")
 
 
 def _write_text_atomic(path: str, text: str) -> None:

@@ -7,20 +7,11 @@ import re
 import numpy as np
 import onnx
 
+from .runtime.feeds_io import gather_table_rows, random_inputs
+
 # Values for symbolic dims by what their names suggest; anything else gets DEFAULT_DIM.
 DIM_HINTS = (("batch", 2), ("past", 3), ("seq", 7), ("len", 7), ("height", 64), ("width", 64))
 DEFAULT_DIM = 32
-
-
-def _int_range_for(model: onnx.ModelProto, name: str) -> tuple[int, int]:
-    """Indices into a Gather table stay below the table's first dim; masks are 0/1."""
-    initializers = {t.name: t for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name and node.input[0] in initializers:
-            return 0, int(initializers[node.input[0]].dims[0])
-    if "mask" in name.lower():
-        return 1, 2
-    return 0, 2
 
 
 def _resolve_dim(dim: onnx.TensorShapeProto.Dimension, known: dict[str, int], overrides: dict[str, int]) -> int:
@@ -62,23 +53,13 @@ def _resolution_order(inputs) -> list:
 
 
 def random_feeds(model: onnx.ModelProto, seed: int = 0, overrides: dict[str, int] | None = None) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(seed)
     initializer_names = {t.name for t in model.graph.initializer}
+    graph_inputs = [v for v in model.graph.input if v.name not in initializer_names]
     known: dict[str, int] = {}
-    feeds = {}
-    for value in _resolution_order(model.graph.input):
-        if value.name in initializer_names:
-            continue
-        tensor_type = value.type.tensor_type
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-        shape = [_resolve_dim(d, known, overrides or {}) for d in tensor_type.shape.dim]
-        if "position" in value.name.lower() and np.issubdtype(dtype, np.integer) and shape:
-            feeds[value.name] = np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
-        elif np.issubdtype(dtype, np.integer):
-            low, high = _int_range_for(model, value.name)
-            feeds[value.name] = rng.integers(low, high, size=shape).astype(dtype)
-        elif dtype == np.bool_:
-            feeds[value.name] = rng.integers(0, 2, size=shape).astype(bool)
-        else:
-            feeds[value.name] = rng.standard_normal(shape).astype(dtype)
-    return {value.name: feeds[value.name] for value in model.graph.input if value.name in feeds}
+    shapes = {v.name: [_resolve_dim(d, known, overrides or {}) for d in v.type.tensor_type.shape.dim]
+              for v in _resolution_order(graph_inputs)}
+    inputs = [{"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name}
+              for v in graph_inputs]
+    steps = [{"op": n.op_type, "inputs": list(n.input)} for n in model.graph.node]
+    rows = gather_table_rows(steps, {t.name: list(t.dims) for t in model.graph.initializer})
+    return random_inputs(inputs, shapes, rows, seed)

@@ -30,7 +30,11 @@ class Program:
 
 
 def dtype_name(dtype) -> str | None:
-    return None if dtype is None else np.dtype(dtype).name
+    if dtype is None:
+        return None
+    if isinstance(dtype, (int, np.integer)):  # graphsurgeon keeps bfloat16/float8/int4 as TensorProto codes
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(int(dtype))).name
+    return np.dtype(dtype).name
 
 
 def value_info(tensor: gs.Tensor) -> dict:
@@ -73,7 +77,7 @@ def lower_graph(graph: gs.Graph, has_kernel: Callable[[str, str], bool], opset: 
     weights = {}
     for tensor in graph.tensors().values():
         if isinstance(tensor, gs.Constant):
-            weights[tensor.name] = np.ascontiguousarray(np.asarray(tensor.values))
+            weights[tensor.name] = np.require(np.asarray(tensor.values), requirements="C")  # keeps 0-d scalars 0-d
     steps: list[dict] = []
     pending_island: list[gs.Node] = []
     islands: dict[str, bytes] = {}
@@ -83,6 +87,10 @@ def lower_graph(graph: gs.Graph, has_kernel: Callable[[str, str], bool], opset: 
             steps.append(_island_step(graph, pending_island, islands))
             pending_island.clear()
 
+    if not allow_fallback:
+        missing = sorted({f"{n.domain + '.' if n.domain else ''}{n.op}" for n in graph.nodes if not _lowerable(n, has_kernel)})
+        if missing:
+            raise BadInput(f"no native kernel for: {', '.join(missing)} (--no-fallback)")
     for node in graph.nodes:
         if _lowerable(node, has_kernel):
             flush()
@@ -97,8 +105,6 @@ def lower_graph(graph: gs.Graph, has_kernel: Callable[[str, str], bool], opset: 
     flush()
     program = Program(steps, weights, [value_info(t) for t in graph.inputs], [value_info(t) for t in graph.outputs],
                       opset if opset is not None else graph.opset, islands)
-    if not allow_fallback and program.fallback_ops:
-        raise BadInput(f"no native kernel for: {', '.join(program.fallback_ops)} (--no-fallback)")
     return program
 
 

@@ -50,7 +50,12 @@ def cpu_fingerprint() -> dict:
 
 
 def fingerprint_id(fingerprint: dict) -> str:
-    return "|".join(f"{k}={fingerprint[k]}" for k in sorted(fingerprint))
+    """A short, stable name for a fingerprint (tuning keys and cache keys embed it)."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{fingerprint.get('kind', 'cpu')}-{fingerprint.get('arch', '')}-{digest}"
 
 
 def check_target(plan_fingerprint: dict, plan_path: str, model_hint: str | None = None) -> None:

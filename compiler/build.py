@@ -1,0 +1,184 @@
+"""`infc build`: model -> optimized graph -> kernel program -> sample runs (shapes, memory plan)
+-> GEMM tuning -> plan file, with the engine cache in front."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from .engine_cache import EngineCache, default_cache_dir
+from .errors import BadInput
+from .graph import import_graph
+from .lower import Program, lower_graph, value_info
+from .memory_plan import plan_memory
+from .model_io import load_model
+from .optimize import optimize_model
+from .plan.format import write_plan
+from .profile import Profile, check_profile_matches_model, default_profile, load_profile
+from .runtime.executor import Executor
+from .runtime.feeds_io import gather_table_rows, random_inputs
+from .runtime.kernels import has_kernel
+from .target import cpu_fingerprint
+from .verify import compare_outputs, ort_session
+
+PLAN_KIND = "one_shot"
+
+
+@dataclass
+class BuildOptions:
+    target: str = "cpu"
+    precision: str = "fp32"
+    allow_fallback: bool = True
+    verify: bool = False
+    use_cache: bool = True
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    show_progress: bool = True
+
+    def key_options(self) -> dict:
+        """The options that change what a plan contains (and so its cache key)."""
+        return {"target": self.target, "precision": self.precision, "allow_fallback": self.allow_fallback}
+
+
+def resolve_target(target: str) -> str:
+    if target == "auto":
+        return "cpu"  # the CUDA backend is not built yet: auto means the CPU
+    if target == "cuda":
+        raise BadInput("--target cuda: the CUDA backend is not available in this build of infc yet; use --target cpu")
+    return target
+
+
+def _table_rows(program: Program) -> dict[str, int]:
+    return gather_table_rows(program.steps, {n: list(w.shape) for n, w in program.weights.items()})
+
+
+def sample_run(program: Program, feeds: dict) -> tuple[dict, dict[str, tuple]]:
+    """Run the program once, recording every value's shape and dtype (for the memory plan)."""
+    seen: dict[str, tuple] = {}
+    executor = Executor(program.steps, program.weights, program.opset, program.islands,
+                        output_names=[o["name"] for o in program.outputs],
+                        observer=lambda name, array: seen.__setitem__(name, (tuple(array.shape), array.dtype.name)))
+    return executor.run(feeds), seen
+
+
+def weights_section(weights: dict[str, np.ndarray]) -> tuple[bytes, dict]:
+    """All weights in one section, each 64-byte aligned, described by (offset, dtype, shape)."""
+    table, chunks, offset = {}, [], 0
+    for name, array in weights.items():
+        array = np.require(array, requirements="C")
+        pad = (-offset) % 64
+        chunks.append(b"\0" * pad)
+        offset += pad
+        table[name] = {"section": "weights", "offset": offset, "dtype": array.dtype.name, "shape": list(array.shape)}
+        chunks.append(array.tobytes())
+        offset += array.nbytes
+    return b"".join(chunks), table
+
+
+def build(model_path: str, profile_path: str | None, output: str, options: BuildOptions, log=lambda msg: None) -> dict:
+    started = time.perf_counter()
+    model_path = Path(model_path)
+    output = Path(output)
+    _check_output(output)
+    options.target = resolve_target(options.target)
+    model = load_model(model_path)
+    graph_inputs = [value_info(t) for t in import_graph(model).inputs]
+    profile = load_profile(profile_path) if profile_path else default_profile(graph_inputs)
+    check_profile_matches_model(profile, graph_inputs)
+    fingerprint = cpu_fingerprint()
+    cache = EngineCache(options.cache_dir)
+    components = cache.components(model_path, profile.digest(), options.key_options(), fingerprint, __version__)
+    lookup = cache.lookup(model_path, components) if options.use_cache else None
+    report = {"plan": str(output), "target": options.target, "fingerprint": fingerprint, "cache_key": lookup.key if lookup else None}
+    if lookup and lookup.hit:
+        _copy_atomic(lookup.plan_path, output)
+        return {**report, "cache_hit": True, "cache_reason": "hit", "build_s": round(time.perf_counter() - started, 4),
+                **_summary_from_cache(cache, lookup.key)}
+    log(f"engine cache miss: {lookup.reason}" if lookup else "engine cache disabled (--no-cache)")
+
+    optimized = optimize_model(model)
+    graph = import_graph(optimized.model)
+    program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
+    rows = _table_rows(program)
+    shapes_by_level = {}
+    for level in ("min", "opt", "max"):
+        feeds = random_inputs(program.inputs, profile.shapes(level), rows, seed=1)
+        _, shapes_by_level[level] = sample_run(program, feeds)
+    max_shapes = shapes_by_level["max"]
+    sizes = {n: int(np.prod(s)) * np.dtype(d).itemsize for n, (s, d) in max_shapes.items()
+             if n not in program.weights and n not in {i["name"] for i in program.inputs}}
+    memory = plan_memory(program.steps, [o["name"] for o in program.outputs], sizes,
+                         {k: list(v) for k, v in profile.shapes("max").items()})
+
+    from .tune_plan import tune_program  # the tuner is heavy: only builds that miss the cache load it
+
+    tuning = tune_program(program, shapes_by_level, profile, options, log)
+    blob, weight_table = weights_section(program.weights)
+    meta = {
+        "infc_version": __version__, "kind": PLAN_KIND, "target": fingerprint, "opset": program.opset,
+        "model": {"name": model_path.name, "sha256": components["model"]}, "profile": profile.normalized(),
+        "options": options.key_options(), "inputs": program.inputs, "outputs": program.outputs,
+        "program": program.steps, "weights": weight_table, "memory": memory.to_json(),
+        "tuning": tuning["table"], "fallback_ops": program.fallback_ops,
+        "value_shapes": {level: {n: list(s) for n, (s, _) in shapes.items()} for level, shapes in shapes_by_level.items()},
+    }
+    sections = {"weights": blob, **tuning["sections"], **program.islands}
+    verify = _verify(model, program, profile) if options.verify else None
+    write_plan(output, meta, sections)
+    if options.use_cache:
+        cache.store(lookup.key, output, model_path, components, {"summary": _summary(meta)})
+    return {**report, "cache_hit": False, "cache_reason": lookup.reason if lookup else "disabled",
+            "build_s": round(time.perf_counter() - started, 4), **_summary(meta),
+            "timing_cache": tuning["cache_stats"], **({"verify": verify} if verify else {})}
+
+
+def _summary(meta: dict) -> dict:
+    return {"kernels": [{"step": s.get("name"), "op": s["op"], "kernel": s.get("kernel", s["op"])} for s in meta["program"]],
+            "tuning": meta["tuning"], "fallback_ops": meta["fallback_ops"],
+            "memory": {k: meta["memory"][k] for k in ("arena_bytes", "sum_activation_bytes")}}
+
+
+def _summary_from_cache(cache: EngineCache, key: str) -> dict:
+    for entry in cache.entries():
+        if entry.get("key") == key:
+            return entry.get("summary", {})
+    return {}
+
+
+def _verify(model, program: Program, profile: Profile) -> dict:
+    feeds = random_inputs(program.inputs, profile.shapes("opt"), _table_rows(program), seed=7)
+    names = [o["name"] for o in program.outputs]
+    expected = ort_session(model).run(names, feeds)
+    executor = Executor(program.steps, program.weights, program.opset, program.islands, output_names=names)
+    actual = executor.run(feeds)
+    diffs = compare_outputs(names, expected, [actual[n] for n in names])
+    return {"max_abs_diff": max(d.max_abs_diff for d in diffs), "max_rel_diff": max(d.max_rel_diff for d in diffs),
+            "outputs": [d.to_json() for d in diffs]}
+
+
+def _check_output(output: Path) -> None:
+    folder = output.parent if str(output.parent) else Path(".")
+    if not folder.is_dir():
+        raise BadInput(f"{output}: output folder '{folder}' does not exist")
+    if output.is_dir():
+        raise BadInput(f"{output}: is a directory")
+    if not os.access(folder, os.W_OK):
+        raise BadInput(f"{output}: output folder '{folder}' is not writable")
+
+
+def _copy_atomic(source: Path, target: Path) -> None:
+    folder = target.parent if str(target.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
+            while chunk := src.read(1 << 22):
+                out.write(chunk)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

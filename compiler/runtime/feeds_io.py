@@ -1,0 +1,69 @@
+"""Inputs and outputs of `infc run`: .npz files keyed by name, or seeded random inputs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BadInput
+
+
+def load_feeds(path: str) -> dict[str, np.ndarray]:
+    if not Path(path).is_file():
+        raise BadInput(f"{path}: no such inputs file")
+    try:
+        with np.load(path, allow_pickle=False) as data:  # never unpickle: inputs are data
+            return {name: data[name] for name in data.files}
+    except (ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise BadInput(f"{path}: not a readable .npz of arrays: {str(exc).splitlines()[0]}") from None
+
+
+def save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
+    folder = Path(path).parent if str(Path(path).parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".npz", dir=folder)
+    os.close(fd)
+    try:
+        np.savez(tmp, **outputs)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def random_inputs(inputs: list[dict], shapes: dict[str, list[int]], table_rows: dict[str, int], seed: int = 0) -> dict:
+    """Seeded random inputs: normal floats; integer ids inside the embedding table they index
+    (`table_rows`); masks are ones; position ids count up."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for info in inputs:
+        name, dtype = info["name"], np.dtype(info["dtype"] or "float32")
+        shape = list(shapes[name])
+        if "position" in name.lower() and dtype.kind in "iu" and shape:
+            feeds[name] = np.broadcast_to(np.arange(shape[-1], dtype=dtype), shape).copy()
+        elif dtype.kind in "iu":
+            low, high = (1, 2) if "mask" in name.lower() else (0, table_rows.get(name, 2))
+            feeds[name] = rng.integers(low, high, size=shape).astype(dtype)
+        elif dtype == np.bool_:
+            feeds[name] = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def gather_table_rows(steps: list[dict], weight_shapes: dict[str, list[int]]) -> dict[str, int]:
+    """Inputs that index a constant table through Gather, with the table's row count."""
+    return {step["inputs"][1]: int(weight_shapes[step["inputs"][0]][0]) for step in steps
+            if step["op"] == "Gather" and len(step["inputs"]) > 1 and step["inputs"][0] in weight_shapes}
+
+
+def random_plan_feeds(session, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs at the profile's opt shapes."""
+    meta = session.plan.meta
+    shapes = {i["name"]: meta["profile"]["inputs"].get(i["name"], {}).get("opt")
+              or [d if isinstance(d, int) else 1 for d in i["shape"] or []] for i in meta["inputs"]}
+    rows = gather_table_rows(meta["program"], {n: w["shape"] for n, w in meta["weights"].items()})
+    return random_inputs(meta["inputs"], shapes, rows, seed)

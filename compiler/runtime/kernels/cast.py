@@ -1,0 +1,74 @@
+"""Cast, CastLike and BitCast, including bfloat16, float8 and sub-byte targets (via ml_dtypes)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .common import is_exotic, np_dtype
+
+# float8 targets clamp to their finite range when `saturate` is set (the default).
+_SATURATING = {"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"}
+
+
+def cast_array(x: np.ndarray, dtype: np.dtype, saturate: bool = True) -> np.ndarray:
+    if x.dtype == dtype:
+        return x
+    if dtype == object:
+        return _to_strings(x)
+    if x.dtype == object:
+        return _from_strings(x, dtype)
+    if dtype.name in _SATURATING and saturate:
+        import ml_dtypes  # noqa: PLC0415 - only float8 casts get here
+
+        info = ml_dtypes.finfo(dtype)
+        source = x.astype(np.float32) if is_exotic(x.dtype) else x
+        return np.clip(source, float(info.min), float(info.max)).astype(dtype)
+    if is_exotic(x.dtype) and is_exotic(dtype):
+        return x.astype(np.float32).astype(dtype)
+    return x.astype(dtype)
+
+
+def _to_strings(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "f":
+        flat = [_float_text(v) for v in x.astype(np.float32).ravel().tolist()]
+        return np.array(flat, dtype=object).reshape(x.shape)
+    return x.astype(np.str_).astype(object)
+
+
+def _float_text(value: float) -> str:
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "INF" if value > 0 else "-INF"
+    return np.format_float_positional(np.float32(value), trim="-") if abs(value) >= 1e-4 or value == 0 else \
+        np.format_float_scientific(np.float32(value), trim="-")
+
+
+def _from_strings(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    flat = [s.decode() if isinstance(s, bytes) else str(s) for s in x.ravel().tolist()]
+    if dtype == bool:
+        return np.array([s.strip().lower() not in ("0", "false", "") for s in flat], dtype=bool).reshape(x.shape)
+    if dtype.kind in "iu":
+        return np.array([int(float(s)) for s in flat], dtype=dtype).reshape(x.shape)
+    return np.array(flat, dtype=np.float64).astype(dtype).reshape(x.shape) if flat else np.zeros(x.shape, dtype)
+
+
+def cast(inputs, attrs, ctx):
+    return [cast_array(inputs[0], np_dtype(attrs["to"]), bool(attrs.get("saturate", 1)))]
+
+
+def cast_like(inputs, attrs, ctx):
+    return [cast_array(inputs[0], inputs[1].dtype, bool(attrs.get("saturate", 1)))]
+
+
+def bit_cast(inputs, attrs, ctx):
+    x = inputs[0] if inputs[0].flags.c_contiguous else inputs[0].copy()
+    dtype = np_dtype(attrs["to"])
+    return [x.reshape(-1).view(dtype).reshape(x.shape)]
+
+
+KERNELS = {
+    ("", "Cast"): cast,
+    ("", "CastLike"): cast_like,
+    ("", "BitCast"): bit_cast,
+}

@@ -1,0 +1,146 @@
+"""Indexing ops: Gather*, Scatter*, OneHot, Compress, NonZero, Unique, TopK, TensorScatter."""
+
+from __future__ import annotations
+
+import math
+import numpy as np
+
+from .common import arg, ints, norm_axis
+
+
+def _positive(indices: np.ndarray, dim) -> np.ndarray:
+    indices = indices.astype(np.int64, copy=False)
+    return np.where(indices < 0, indices + dim, indices)
+
+
+def gather(inputs, attrs, ctx):
+    # NumPy indexing already reads indices in [-n, -1] from the end, as ONNX does
+    x, indices = inputs
+    return [np.take(x, indices, axis=attrs.get("axis", 0))]
+
+
+def gather_elements(inputs, attrs, ctx):
+    x, indices = inputs
+    return [np.take_along_axis(x, indices, axis=attrs.get("axis", 0))]
+
+
+def gather_nd(inputs, attrs, ctx):
+    x, indices = inputs
+    batch_dims = attrs.get("batch_dims", 0)
+    depth = indices.shape[-1]
+    num_batches = math.prod(x.shape[:batch_dims])
+    data = x.reshape((num_batches,) + x.shape[batch_dims:])
+    index = indices.reshape(num_batches, -1, depth).astype(np.int64)
+    index = np.where(index < 0, index + np.array(x.shape[batch_dims:batch_dims + depth]), index)
+    picked = data[(np.arange(num_batches)[:, None],) + tuple(index[..., j] for j in range(depth))]
+    return [picked.reshape(indices.shape[:-1] + x.shape[batch_dims + depth:])]
+
+
+_REDUCE_AT = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter_into(out: np.ndarray, index: tuple, updates: np.ndarray, reduction: str) -> np.ndarray:
+    if reduction in ("none", None):
+        out[index] = updates
+    else:
+        _REDUCE_AT[reduction].at(out, index, updates)
+    return out
+
+
+def scatter_elements(inputs, attrs, ctx):
+    x, indices, updates = inputs
+    axis = norm_axis(attrs.get("axis", 0), x.ndim)
+    grid = list(np.indices(indices.shape, sparse=True))
+    grid[axis] = _positive(indices, x.shape[axis])
+    return [_scatter_into(x.copy(), tuple(grid), updates, attrs.get("reduction", "none"))]
+
+
+def scatter_nd(inputs, attrs, ctx):
+    x, indices, updates = inputs
+    depth = indices.shape[-1]
+    index = _positive(indices, np.array(x.shape[:depth]))
+    return [_scatter_into(x.copy(), tuple(index[..., j] for j in range(depth)), updates,
+                          attrs.get("reduction", "none"))]
+
+
+def one_hot(inputs, attrs, ctx):
+    indices, depth, values = inputs
+    depth = int(np.asarray(depth).reshape(-1)[0])
+    index = indices.astype(np.int64)
+    index = np.where(index < 0, index + depth, index)
+    hot = index[..., None] == np.arange(depth)
+    hot = np.moveaxis(hot, -1, norm_axis(attrs.get("axis", -1), indices.ndim + 1))
+    off, on = values.reshape(-1)[:2]
+    return [np.where(hot, on, off).astype(values.dtype, copy=False)]
+
+
+def compress(inputs, attrs, ctx):
+    x, condition = inputs
+    axis = attrs.get("axis")
+    axis = norm_axis(axis, x.ndim) if axis is not None else None
+    return [np.compress(condition.astype(bool).ravel(), x, axis=axis)]
+
+
+def non_zero(inputs, attrs, ctx):
+    x = inputs[0]
+    return [np.array(np.nonzero(x.reshape(1) if x.ndim == 0 else x), dtype=np.int64).reshape(x.ndim, -1)]
+
+
+def unique(inputs, attrs, ctx):
+    x = inputs[0]
+    axis = attrs.get("axis")
+    axis = norm_axis(axis, x.ndim) if axis is not None else None
+    source = x.ravel() if axis is None else x
+    y, first, inverse, counts = np.unique(source, return_index=True, return_inverse=True, return_counts=True,
+                                          axis=axis)
+    inverse = inverse.reshape(-1)
+    if not attrs.get("sorted", 1):  # order of first occurrence
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(order.size)
+        y, first, counts, inverse = np.take(y, order, axis=axis or 0), first[order], counts[order], rank[inverse]
+    return [y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)]
+
+
+def top_k(inputs, attrs, ctx):
+    x, k = inputs[0], int(np.asarray(inputs[1]).reshape(-1)[0])
+    axis = norm_axis(attrs.get("axis", -1), x.ndim)
+    # Stable sort keeps the lower index first among equal values, as ONNX asks.
+    if attrs.get("largest", 1):
+        key = -x.astype(np.float64) if x.dtype.kind in "ub" else -x
+    else:
+        key = x
+    order = np.argsort(key, axis=axis, kind="stable")
+    order = np.take(order, np.arange(k), axis=axis)
+    return [np.take_along_axis(x, order, axis=axis), order.astype(np.int64)]
+
+
+def tensor_scatter(inputs, attrs, ctx):
+    cache, update = inputs[0], inputs[1]
+    write = arg(inputs, 2)
+    axis = norm_axis(attrs.get("axis", -2), cache.ndim)
+    starts = ints(write) if write is not None else [0] * cache.shape[0]
+    length, capacity = update.shape[axis], cache.shape[axis]
+    out = cache.copy()
+    for batch, start in enumerate(starts):
+        slots = start + np.arange(length)
+        if attrs.get("mode", "linear") == "circular":
+            slots %= capacity
+        np.moveaxis(out[batch], axis - 1, 0)[slots] = np.moveaxis(update[batch], axis - 1, 0)
+    return [out]
+
+
+KERNELS = {
+    ("", "Gather"): gather,
+    ("", "GatherElements"): gather_elements,
+    ("", "GatherND"): gather_nd,
+    ("", "Scatter"): scatter_elements,
+    ("", "ScatterElements"): scatter_elements,
+    ("", "ScatterND"): scatter_nd,
+    ("", "OneHot"): one_hot,
+    ("", "Compress"): compress,
+    ("", "NonZero"): non_zero,
+    ("", "Unique"): unique,
+    ("", "TopK"): top_k,
+    ("", "TensorScatter"): tensor_scatter,
+}

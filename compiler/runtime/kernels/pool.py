@@ -1,0 +1,127 @@
+"""Pooling: MaxPool (with Indices), AveragePool, LpPool, the Global* forms and MaxUnpool.
+
+Windows are reduced one kernel tap at a time over strided views of the padded input, so the work is
+a handful of whole-tensor NumPy passes whatever the channel count."""
+
+from __future__ import annotations
+
+import math
+import numpy as np
+
+from .common import arg, ints
+from .conv import geometry, padded, taps
+
+
+def _window_geometry(x, attrs):
+    kernel = attrs["kernel_shape"]
+    geo = geometry(x.shape[2:], kernel, attrs, ceil_mode=bool(attrs.get("ceil_mode", 0)))
+    # ceil_mode windows may run past the explicit pads: pad the end further (never counted).
+    need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(geo.out, geo.strides, kernel, geo.dilations)]
+    extra = [max(n - (i + b + e), 0) for n, i, b, e in zip(need, x.shape[2:], geo.pads_begin, geo.pads_end)]
+    return kernel, geo, [e + x_ for e, x_ in zip(geo.pads_end, extra)]
+
+
+def max_pool(inputs, attrs, ctx):
+    x = inputs[0]
+    kernel, geo, end = _window_geometry(x, attrs)
+    low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
+    xp = padded(x, geo.pads_begin, end, low)
+    y = None
+    for _, window in taps(kernel, geo):
+        y = xp[window].copy() if y is None else np.maximum(y, xp[window], out=y)
+    if len(ctx.out) < 2:
+        return [y]
+    return [y, _max_indices(x, xp, y, kernel, geo, attrs.get("storage_order", 0))]
+
+
+def _max_indices(x, xp, y, kernel, geo, storage_order):
+    # Flat index (into the unpadded input) of the first tap reaching the maximum.
+    nd = len(kernel)
+    spatial = x.shape[2:]
+    index = np.full(y.shape, -1, dtype=np.int64)
+    grids = np.meshgrid(*(np.arange(o) * s for o, s in zip(geo.out, geo.strides)), indexing="ij")
+    strides_c = np.cumprod((1,) + tuple(spatial[::-1]))[::-1][1:] if not storage_order else \
+        np.cumprod((1,) + tuple(spatial))[:-1]
+    for tap, window in taps(kernel, geo):
+        hit = (xp[window] == y) & (index < 0)
+        flat = 0
+        for axis in range(nd):
+            flat = flat + (grids[axis] + tap[axis] * geo.dilations[axis] - geo.pads_begin[axis]) * strides_c[axis]
+        index = np.where(hit, flat, index)
+    base = (np.arange(x.shape[0])[:, None] * x.shape[1] + np.arange(x.shape[1])) * math.prod(spatial)
+    return index + base.reshape(x.shape[:2] + (1,) * nd)
+
+
+def average_pool(inputs, attrs, ctx):
+    x = inputs[0]
+    kernel, geo, end = _window_geometry(x, attrs)
+    xp = padded(x, geo.pads_begin, end)
+    total = None
+    for _, window in taps(kernel, geo):
+        total = xp[window].copy() if total is None else np.add(total, xp[window], out=total)
+    if attrs.get("count_include_pad", 0):  # explicit pads count, the ceil_mode overhang does not
+        inside = tuple(d + b + e for d, b, e in zip(x.shape[2:], geo.pads_begin, geo.pads_end))
+        ones = padded(np.ones((1, 1) + inside, x.dtype), (0,) * len(kernel),
+                      [e - pe for e, pe in zip(end, geo.pads_end)], 0.0)
+    else:
+        ones = padded(np.ones((1, 1) + x.shape[2:], x.dtype), geo.pads_begin, end, 0.0)
+    count = None
+    for _, window in taps(kernel, geo):
+        count = ones[window].copy() if count is None else count + ones[window]
+    total /= count
+    return [total]
+
+
+def lp_pool(inputs, attrs, ctx):
+    x = inputs[0]
+    p = attrs.get("p", 2)
+    kernel, geo, end = _window_geometry(x, attrs)
+    xp = np.abs(padded(x, geo.pads_begin, end)) ** p
+    total = None
+    for _, window in taps(kernel, geo):
+        total = xp[window].copy() if total is None else np.add(total, xp[window], out=total)
+    return [(total ** (1.0 / p)).astype(x.dtype, copy=False)]
+
+
+def _global(reducer):
+    def kernel(inputs, attrs, ctx):
+        x = inputs[0]
+        # one contiguous last axis: NumPy sums it pairwise (float32 accuracy over large images)
+        flat = np.ascontiguousarray(x).reshape(x.shape[:2] + (-1,))
+        return [reducer(flat, -1).reshape(x.shape[:2] + (1,) * (x.ndim - 2)).astype(x.dtype, copy=False)]
+    return kernel
+
+
+def _global_lp(x, axis, p=2):
+    return np.sum(np.abs(x) ** p, axis=axis) ** (1.0 / p)
+
+
+def max_unpool(inputs, attrs, ctx):
+    x, indices, shape = inputs[0], inputs[1], arg(inputs, 2)
+    kernel = attrs["kernel_shape"]
+    nd = len(kernel)
+    strides = attrs.get("strides") or [1] * nd
+    pads = attrs.get("pads") or [0] * (2 * nd)
+    inferred = list(x.shape[:2]) + [(i - 1) * s + k - b - e for i, s, k, b, e in
+                                    zip(x.shape[2:], strides, kernel, pads[:nd], pads[nd:])]
+    y = np.zeros(math.prod(inferred), dtype=x.dtype)
+    y[indices.ravel()] = x.ravel()
+    y = y.reshape(inferred)
+    if shape is None or ints(shape) == inferred:
+        return [y]
+    # Indices address the inferred shape; a larger output_shape pads at the end.
+    out = np.zeros(ints(shape), dtype=x.dtype)
+    out[tuple(slice(0, d) for d in inferred)] = y
+    return [out]
+
+
+KERNELS = {
+    ("", "MaxPool"): max_pool,
+    ("", "AveragePool"): average_pool,
+    ("", "LpPool"): lp_pool,
+    ("", "GlobalAveragePool"): _global(lambda x, axis: np.mean(x, axis=axis, dtype=x.dtype)),
+    ("", "GlobalMaxPool"): _global(lambda x, axis: np.max(x, axis=axis)),
+    ("", "GlobalLpPool"): lambda inputs, attrs, ctx: _global(lambda x, a: _global_lp(x, a, attrs.get("p", 2)))(
+        inputs, attrs, ctx),
+    ("", "MaxUnpool"): max_unpool,
+}

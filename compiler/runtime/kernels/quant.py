@@ -1,0 +1,130 @@
+"""Quantization: QuantizeLinear / DequantizeLinear (per tensor, per axis, blocked; integer, float8 and
+sub-byte types), DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .cast import cast_array
+from .common import arg, is_exotic, norm_axis, np_dtype
+from .conv import conv_forward
+
+_INTEGER_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
+                   "uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1)}
+
+
+def _spread(param: np.ndarray, shape, axis: int, block: int) -> np.ndarray:
+    """A scale or zero point broadcast against x: scalar, one value per `axis` index, or per block."""
+    if param.size == 1 and param.ndim <= 1:
+        return param.reshape(())
+    rank = len(shape)
+    axis = norm_axis(axis, rank)
+    if block:
+        return np.repeat(param, block, axis=axis).take(np.arange(shape[axis]), axis=axis)
+    return param.reshape((-1,) + (1,) * (rank - axis - 1))
+
+
+def _as_float(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.float32) if is_exotic(v.dtype) or v.dtype.kind in "iub" else v
+
+
+def quantize(x: np.ndarray, scale, zero_point, out_dtype: np.dtype, saturate: bool = True) -> np.ndarray:
+    scaled = x / scale
+    if out_dtype.name in _INTEGER_RANGES:
+        q = np.rint(scaled).astype(np.int32)
+        if zero_point is not None:
+            q += zero_point.astype(np.int32)
+        low, high = _INTEGER_RANGES[out_dtype.name]
+        return np.clip(q, low, high).astype(out_dtype)
+    if out_dtype.name == "float4_e2m1fn" and zero_point is not None:
+        scaled = scaled + _as_float(zero_point)
+    return cast_array(scaled.astype(np.float32), out_dtype, saturate)
+
+
+def quantize_linear(inputs, attrs, ctx):
+    x, scale, zero_point = inputs[0], inputs[1], arg(inputs, 2)
+    axis, block = attrs.get("axis", 1), attrs.get("block_size", 0)
+    if zero_point is not None:
+        out_dtype = zero_point.dtype
+    else:
+        out_dtype = np_dtype(attrs["output_dtype"]) if attrs.get("output_dtype") else np.dtype(np.uint8)
+    work = _as_float(x)
+    scale = _spread(_as_float(scale), x.shape, axis, block).astype(work.dtype, copy=False)
+    zp = _spread(zero_point, x.shape, axis, block) if zero_point is not None else None
+    return [quantize(work, scale, zp, out_dtype, bool(attrs.get("saturate", 1)))]
+
+
+def dequantize_linear(inputs, attrs, ctx):
+    x, scale, zero_point = inputs[0], inputs[1], arg(inputs, 2)
+    axis, block = attrs.get("axis", 1), attrs.get("block_size", 0)
+    out_dtype = np_dtype(attrs["output_dtype"]) if attrs.get("output_dtype") else scale.dtype
+    work_scale = _spread(_as_float(scale), x.shape, axis, block)
+    values = x.astype(np.float32) if is_exotic(x.dtype) else x.astype(np.float32 if x.dtype.itemsize < 4 else np.float64)
+    if zero_point is not None:
+        values = values - _spread(_as_float(zero_point), x.shape, axis, block).astype(values.dtype)
+    y = values * work_scale
+    return [y.astype(out_dtype)]
+
+
+def dynamic_quantize_linear(inputs, attrs, ctx):
+    x = inputs[0].astype(np.float32)
+    low, high = min(float(x.min()), 0.0) if x.size else 0.0, max(float(x.max()), 0.0) if x.size else 0.0
+    scale = np.float32((high - low) / 255.0)
+    zero_point = np.uint8(np.clip(np.rint(-low / scale), 0, 255)) if scale else np.uint8(0)
+    y = np.clip(np.rint(x / scale) + zero_point, 0, 255).astype(np.uint8) if scale else np.zeros(x.shape, np.uint8)
+    return [y, np.array(scale, dtype=np.float32), np.array(zero_point, dtype=np.uint8)]
+
+
+def _centered(x: np.ndarray, zero_point, axis_for_vector: int | None = None) -> np.ndarray:
+    centered = x.astype(np.int32)
+    if zero_point is None:
+        return centered
+    zp = zero_point.astype(np.int32)
+    if zp.ndim == 1 and zp.size > 1 and axis_for_vector is not None:
+        shape = [1] * x.ndim
+        shape[axis_for_vector] = -1
+        zp = zp.reshape(shape)
+    return centered - zp
+
+
+def matmul_integer(inputs, attrs, ctx):
+    a, b = inputs[0], inputs[1]
+    a_c = _centered(a, arg(inputs, 2), axis_for_vector=a.ndim - 2)  # per-row zero points
+    b_c = _centered(b, arg(inputs, 3), axis_for_vector=b.ndim - 1)  # per-column zero points
+    return [np.matmul(a_c, b_c).astype(np.int32)]
+
+
+def conv_integer(inputs, attrs, ctx):
+    x, w = inputs[0], inputs[1]
+    x_c = _centered(x, arg(inputs, 2))
+    w_c = _centered(w, arg(inputs, 3), axis_for_vector=0)
+    return [conv_forward(x_c, w_c, None, attrs).astype(np.int32)]
+
+
+def qlinear_matmul(inputs, attrs, ctx):
+    a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs[:8]
+    acc = np.matmul(_centered(a, a_zp, a.ndim - 2).astype(np.float64), _centered(b, b_zp, b.ndim - 1).astype(np.float64))
+    real = acc * (_as_float(a_scale).astype(np.float64).reshape(-1, 1) if a_scale.size > 1 else float(a_scale.reshape(-1)[0]))
+    real = real * (_as_float(b_scale).astype(np.float64).reshape(-1) if b_scale.size > 1 else float(b_scale.reshape(-1)[0]))
+    return [quantize(real.astype(np.float32), np.float32(y_scale.reshape(-1)[0]), y_zp, y_zp.dtype)]
+
+
+def qlinear_conv(inputs, attrs, ctx):
+    x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = inputs[:8]
+    bias = arg(inputs, 8)
+    acc = conv_forward(_centered(x, x_zp), _centered(w, w_zp, axis_for_vector=0), bias, attrs)
+    rank = acc.ndim
+    w_factor = _as_float(w_scale).astype(np.float64).reshape((-1,) + (1,) * (rank - 2))
+    real = acc.astype(np.float64) * float(x_scale.reshape(-1)[0]) * w_factor
+    return [quantize(real.astype(np.float32), np.float32(y_scale.reshape(-1)[0]), y_zp, y_zp.dtype)]
+
+
+KERNELS = {
+    ("", "QuantizeLinear"): quantize_linear,
+    ("", "DequantizeLinear"): dequantize_linear,
+    ("", "DynamicQuantizeLinear"): dynamic_quantize_linear,
+    ("", "MatMulInteger"): matmul_integer,
+    ("", "ConvInteger"): conv_integer,
+    ("", "QLinearMatMul"): qlinear_matmul,
+    ("", "QLinearConv"): qlinear_conv,
+}

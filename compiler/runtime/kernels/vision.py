@@ -1,0 +1,189 @@
+"""Spatial sampling and detection ops: GridSample, AffineGrid, RoiAlign, NonMaxSuppression, Col2Im."""
+
+from __future__ import annotations
+
+import math
+import itertools
+
+import numpy as np
+
+from .common import arg, ints
+
+
+def _reflect(x, low, high):
+    span = high - low
+    below, above = x < low, x > high
+    dx = np.where(below, low - x, x - high)
+    turns = np.floor(dx / span) if span > 0 else np.zeros_like(dx)
+    rest = dx - turns * span
+    even = turns % 2 == 0
+    inside_from_below = np.where(even, low + rest, high - rest)
+    inside_from_above = np.where(even, high - rest, low + rest)
+    return np.where(below, inside_from_below, np.where(above, inside_from_above, x))
+
+
+def _cubic_weights(t, a=-0.75):
+    t = np.abs(t)
+    return [((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a, ((a + 2) * t - (a + 3)) * t * t + 1,
+            ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1,
+            ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a]
+
+
+def grid_sample(inputs, attrs, ctx):
+    x, grid = inputs
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(attrs.get("mode", "linear"), attrs.get("mode", "linear"))
+    padding, align = attrs.get("padding_mode", "zeros"), bool(attrs.get("align_corners", 0))
+    dims = x.shape[2:]
+    nd = len(dims)
+    lows = [0.0 if align else -0.5] * nd
+    highs = [d - 1.0 if align else d - 0.5 for d in dims]
+    coords = []
+    for i, d in enumerate(dims):  # grid's last axis lists coordinates innermost dim first
+        n = grid[..., nd - 1 - i].astype(np.float64)
+        c = (n + 1) / 2 * (d - 1) if align else ((n + 1) * d - 1) / 2
+        if mode == "nearest":
+            c = np.rint(c)
+        # coordinates outside the borders move inside (border: except for cubic, whose taps are clamped)
+        if padding == "border" and mode != "cubic":
+            c = np.where((c < lows[i]) | (c > highs[i]), np.clip(c, 0, d - 1), c)
+        elif padding == "reflection":
+            c = _reflect(c, lows[i], highs[i])
+        coords.append(c)
+    batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
+
+    def pixels(index):  # index: per-dim integer arrays (N, *out) -> values (N, *out, C)
+        valid = np.ones(index[0].shape, bool)
+        fixed = []
+        for i, (ix, d) in enumerate(zip(index, dims)):
+            if padding == "zeros":
+                valid &= (ix >= 0) & (ix < d)
+                ix = np.clip(ix, 0, d - 1)
+            elif padding == "border":
+                ix = np.clip(ix, 0, d - 1)
+            else:
+                ix = np.clip(_reflect(ix.astype(np.float64), lows[i], highs[i]).astype(np.int64), 0, d - 1)
+            fixed.append(ix)
+        values = x[(batch, slice(None)) + tuple(fixed)]
+        return np.where(valid[..., None], values, 0)
+
+    if mode == "nearest":
+        y = pixels([c.astype(np.int64) for c in coords])
+    else:
+        taps = 2 if mode == "linear" else 4
+        base = [np.floor(c).astype(np.int64) - (0 if taps == 2 else 1) for c in coords]
+        frac = [c - np.floor(c) for c in coords]
+        weights = [[1 - f, f] if taps == 2 else _cubic_weights(f) for f in frac]
+        y = 0
+        for corner in itertools.product(range(taps), repeat=nd):
+            w = np.prod([weights[i][k] for i, k in enumerate(corner)], axis=0)
+            y = y + pixels([base[i] + k for i, k in enumerate(corner)]) * w[..., None]
+    return [np.moveaxis(np.asarray(y), -1, 1).astype(x.dtype)]
+
+
+def affine_grid(inputs, attrs, ctx):
+    theta, size = inputs[0], ints(inputs[1])
+    spatial = size[2:]
+    align = bool(attrs.get("align_corners", 0))
+    axes = [np.linspace(-1, 1, d) if align else (np.arange(d) * 2 + 1) / d - 1 for d in spatial]
+    mesh = np.meshgrid(*axes, indexing="ij")  # outermost dim first
+    homo = np.stack([m for m in mesh[::-1]] + [np.ones_like(mesh[0])], axis=-1)  # x, y[, z], 1
+    grid = homo.reshape(-1, len(spatial) + 1) @ np.swapaxes(theta.astype(np.float64), 1, 2)
+    return [grid.reshape((theta.shape[0],) + tuple(spatial) + (len(spatial),)).astype(theta.dtype)]
+
+
+def roi_align(inputs, attrs, ctx):
+    x, rois, batch_index = inputs
+    out_h, out_w = attrs.get("output_height", 1), attrs.get("output_width", 1)
+    ratio, scale = attrs.get("sampling_ratio", 0), attrs.get("spatial_scale", 1.0)
+    half_pixel = attrs.get("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    is_max = attrs.get("mode", "avg") == "max"
+    height, width = x.shape[2:]
+    y = np.zeros((rois.shape[0], x.shape[1], out_h, out_w), dtype=x.dtype)
+    for r, (box, b) in enumerate(zip(rois.astype(np.float64), batch_index)):
+        start_w, start_h, end_w, end_h = box * scale - (0.5 if half_pixel else 0.0)
+        roi_w, roi_h = end_w - start_w, end_h - start_h
+        if not half_pixel:
+            roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+        grid_h = ratio if ratio > 0 else int(np.ceil(roi_h / out_h))
+        grid_w = ratio if ratio > 0 else int(np.ceil(roi_w / out_w))
+        ys = start_h + (np.arange(out_h)[:, None] + (np.arange(grid_h)[None, :] + 0.5) / grid_h) * roi_h / out_h
+        xs = start_w + (np.arange(out_w)[:, None] + (np.arange(grid_w)[None, :] + 0.5) / grid_w) * roi_w / out_w
+        yy, xx = ys.reshape(out_h, 1, grid_h, 1), xs.reshape(1, out_w, 1, grid_w)
+        outside = (yy < -1.0) | (yy > height) | (xx < -1.0) | (xx > width)
+        yy, xx = np.maximum(yy, 0), np.maximum(xx, 0)
+        y_low, x_low = np.minimum(yy.astype(np.int64), height - 1), np.minimum(xx.astype(np.int64), width - 1)
+        yy, xx = np.where(yy.astype(np.int64) >= height - 1, y_low, yy), np.where(xx.astype(np.int64) >= width - 1, x_low, xx)
+        y_high, x_high = np.minimum(y_low + 1, height - 1), np.minimum(x_low + 1, width - 1)
+        ly, lx = yy - y_low, xx - x_low
+        image = x[int(b)].astype(np.float64)
+        parts = [(1 - ly) * (1 - lx), image[:, y_low, x_low]], [(1 - ly) * lx, image[:, y_low, x_high]], \
+            [ly * (1 - lx), image[:, y_high, x_low]], [ly * lx, image[:, y_high, x_high]]
+        terms = [np.where(outside, 0, w) * v for w, v in parts]  # each (C, out_h, out_w, grid_h, grid_w)
+        if is_max:
+            y[r] = np.max(np.maximum.reduce(terms), axis=(-2, -1))
+        else:
+            y[r] = np.sum(sum(terms), axis=(-2, -1)) / max(grid_h * grid_w, 1)
+    return [y]
+
+
+def non_max_suppression(inputs, attrs, ctx):
+    boxes, scores = inputs[0], inputs[1]
+    limit = int(arg(inputs, 2).reshape(-1)[0]) if arg(inputs, 2) is not None and arg(inputs, 2).size else 0
+    iou_limit = float(arg(inputs, 3).reshape(-1)[0]) if arg(inputs, 3) is not None and arg(inputs, 3).size else 0.0
+    floor = float(arg(inputs, 4).reshape(-1)[0]) if arg(inputs, 4) is not None and arg(inputs, 4).size else None
+    if attrs.get("center_point_box", 0):
+        cx, cy, w, h = np.moveaxis(boxes.astype(np.float64), -1, 0)
+        corners = np.stack([cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2], axis=-1)
+    else:
+        b = boxes.astype(np.float64)
+        corners = np.stack([np.minimum(b[..., 0], b[..., 2]), np.minimum(b[..., 1], b[..., 3]),
+                            np.maximum(b[..., 0], b[..., 2]), np.maximum(b[..., 1], b[..., 3])], axis=-1)
+    selected = []
+    for batch, cls in itertools.product(range(scores.shape[0]), range(scores.shape[1])):
+        s = scores[batch, cls]
+        order = np.argsort(-s, kind="stable")
+        if floor is not None:
+            order = order[s[order] > floor]
+        kept: list[int] = []
+        for i in order:
+            if len(kept) >= limit:
+                break
+            if all(_iou(corners[batch, i], corners[batch, k]) <= iou_limit for k in kept):
+                kept.append(int(i))
+        selected += [[batch, cls, k] for k in kept]
+    return [np.array(selected, dtype=np.int64).reshape(-1, 3)]
+
+
+def _iou(a, b) -> float:
+    inter_h = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    inter_w = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = inter_h * inter_w
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def col2im(inputs, attrs, ctx):
+    x, image, block = inputs[0], ints(inputs[1]), ints(inputs[2])
+    nd = len(image)
+    dilations = attrs.get("dilations") or [1] * nd
+    pads = attrs.get("pads") or [0] * (2 * nd)
+    strides = attrs.get("strides") or [1] * nd
+    n, channels = x.shape[0], x.shape[1] // math.prod(block)
+    full = [i + b + e for i, b, e in zip(image, pads[:nd], pads[nd:])]
+    counts = [(f - (k - 1) * d - 1) // s + 1 for f, k, d, s in zip(full, block, dilations, strides)]
+    cols = x.reshape((n, channels) + tuple(block) + tuple(counts))
+    y = np.zeros((n, channels) + tuple(full), dtype=x.dtype)
+    for index in itertools.product(*(range(k) for k in block)):
+        window = (slice(None), slice(None)) + tuple(
+            slice(k * d, k * d + (c - 1) * s + 1, s) for k, d, c, s in zip(index, dilations, counts, strides))
+        y[window] += cols[(slice(None), slice(None)) + index]
+    return [y[(slice(None), slice(None)) + tuple(slice(b, b + i) for b, i in zip(pads[:nd], image))]]
+
+
+KERNELS = {
+    ("", "GridSample"): grid_sample,
+    ("", "AffineGrid"): affine_grid,
+    ("", "RoiAlign"): roi_align,
+    ("", "NonMaxSuppression"): non_max_suppression,
+    ("", "Col2Im"): col2im,
+}

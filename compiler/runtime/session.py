@@ -1,0 +1,88 @@
+"""Loading a plan and running it: weights straight from the memory-mapped file, inputs checked
+against the plan, shapes outside the profile run on the generic kernels with one warning."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BadInput
+from ..plan.format import read_plan
+from ..target import check_target
+from .executor import Executor
+
+
+def _weights(plan) -> dict[str, np.ndarray]:
+    weights = {}
+    for name, info in plan.meta["weights"].items():
+        dtype = np.dtype(info["dtype"])
+        count = int(np.prod(info["shape"])) if info["shape"] else 1
+        array = np.frombuffer(plan.sections[info["section"]], dtype=dtype, count=count, offset=info["offset"])
+        weights[name] = array.reshape(info["shape"])
+    return weights
+
+
+class PlanSession:
+    def __init__(self, path: str | Path, check_fingerprint: bool = True):
+        self.path = Path(path)
+        self.plan = read_plan(self.path)
+        meta = self.plan.meta
+        for key in ("program", "weights", "inputs", "outputs", "target"):
+            if key not in meta:
+                raise BadInput(f"{self.path}: corrupt plan (no '{key}' in its metadata)")
+        if check_fingerprint:
+            check_target(meta["target"], str(self.path), meta.get("model", {}).get("name"))
+        self.inputs = meta["inputs"]
+        self.output_names = [o["name"] for o in meta["outputs"]]
+        islands = {name: bytes(view) for name, view in self.plan.sections.items() if name.startswith("island")}
+        self.executor = Executor(meta["program"], _weights(self.plan), meta.get("opset", 17), islands,
+                                 output_names=self.output_names)
+        self._warned_outside_profile = False
+
+    def check_feeds(self, feeds: dict[str, np.ndarray], source: str) -> dict[str, np.ndarray]:
+        expected = {i["name"]: i for i in self.inputs}
+        unknown = sorted(set(feeds) - set(expected))
+        missing = sorted(set(expected) - set(feeds))
+        if unknown or missing:
+            raise BadInput(f"{source}: inputs do not match the plan: " + "; ".join(
+                ([f"unknown {', '.join(unknown)}"] if unknown else []) + ([f"missing {', '.join(missing)}"] if missing else []))
+                + f" (the plan takes {', '.join(expected)})")
+        checked = {}
+        for name, array in feeds.items():
+            info = expected[name]
+            array = np.asarray(array)
+            if info["dtype"] and array.dtype != np.dtype(info["dtype"]):
+                raise BadInput(f"{source}: input '{name}' has dtype {array.dtype}, the plan takes {info['dtype']}")
+            declared = info.get("shape")
+            if declared is not None and (len(declared) != array.ndim or any(
+                    isinstance(d, int) and d != s for d, s in zip(declared, array.shape))):
+                raise BadInput(f"{source}: input '{name}' has shape {list(array.shape)}, the plan takes {declared}")
+            checked[name] = array
+        self._warn_if_outside_profile(checked)
+        return checked
+
+    def _warn_if_outside_profile(self, feeds) -> None:
+        profile = self.plan.meta.get("profile", {}).get("inputs", {})
+        for name, array in feeds.items():
+            bounds = profile.get(name)
+            if bounds and any(not lo <= s <= hi for s, lo, hi in zip(array.shape, bounds["min"], bounds["max"])):
+                if not self._warned_outside_profile:
+                    print(f"warning: input '{name}' shape {list(array.shape)} is outside the profile "
+                          f"[{bounds['min']} .. {bounds['max']}]: running with generic (untuned) kernels", file=sys.stderr)
+                    self._warned_outside_profile = True
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self.executor.run(feeds)
+
+    def benchmark(self, feeds, iterations: int, warmup: int = 2) -> list[float]:
+        for _ in range(warmup):
+            self.run(feeds)
+        times = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            self.run(feeds)
+            times.append((time.perf_counter() - start) * 1e3)
+        return times

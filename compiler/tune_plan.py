@@ -1,0 +1,109 @@
+"""GEMM tuning for a plan: every MatMul with a constant 2-D weight gets, per M bucket its profile
+range covers, the fastest CPU candidate (the vendor library always competes), taken from the
+timing cache when another build measured it already. The step becomes an `infc.cpu.TunedMatMul`
+whose variants name the winner and its pre-packed weights; M beyond the last tuned bucket runs the
+generic kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .autotune.buckets import bucket_of
+from .autotune.cpu_gemm import gemm_key, gemm_problem, prepack
+from .autotune.timing_cache import TimingCache
+from .autotune.tuner import tune_all
+from .lower import Program
+from .target import cpu_fingerprint, fingerprint_id
+
+TUNED_DOMAIN, TUNED_OP = "infc.cpu", "TunedMatMul"
+
+
+def _gemm_steps(program: Program):
+    for index, step in enumerate(program.steps):
+        if step["op"] != "MatMul" or step.get("domain"):
+            continue
+        weight = program.weights.get(step["inputs"][1])
+        if weight is not None and weight.ndim == 2 and weight.dtype == np.float32:
+            yield index, step, weight
+
+
+def _m_range(step: dict, shapes_by_level: dict) -> tuple[int, int] | None:
+    ms = []
+    for shapes in shapes_by_level.values():
+        entry = shapes.get(step["inputs"][0])
+        if entry is None:
+            return None
+        shape = entry[0]
+        ms.append(int(np.prod(shape[:-1])) if len(shape) > 1 else 1)
+    return min(ms), max(ms)
+
+
+def _buckets_between(low: int, high: int, m_buckets) -> list[int]:
+    first, last = bucket_of(low, m_buckets), bucket_of(high, m_buckets)
+    return [b for b in m_buckets if first <= b <= last] or [last]
+
+
+def tune_program(program: Program, shapes_by_level: dict, profile, options, log) -> dict:
+    target = fingerprint_id(cpu_fingerprint())
+    cache = TimingCache(options.cache_dir / "timing_cache.json") if options.use_cache else None
+    plans = []  # (step index, weight name, [(bucket, key)])
+    problems = {}
+    for index, step, weight in _gemm_steps(program):
+        m_range = _m_range(step, shapes_by_level)
+        if m_range is None:
+            continue
+        k, n = weight.shape
+        keys = []
+        for bucket in _buckets_between(*m_range, profile.m_buckets):
+            key = gemm_key(bucket, n, k, "float32", target, m_buckets=profile.m_buckets)
+            problems.setdefault(str(key), key)
+            keys.append((bucket, key))
+        plans.append((index, step["inputs"][1], keys))
+    if not problems:
+        return {"table": [], "sections": {}, "cache_stats": {"hits": 0, "misses": 0}}
+    report = tune_all([gemm_problem(key) for key in problems.values()], budget_s=profile.budget_s, cache=cache,
+                      show_progress=options.show_progress)
+    table = [_table_row(result) for result in report.results.values()]
+    for index, weight_name, keys in plans:
+        _rewrite_step(program, index, weight_name, [(bucket, report.results[str(key)]) for bucket, key in keys])
+    return {"table": table, "sections": {}, "cache_stats": {"hits": report.num_cache_hits, "misses": report.num_cache_misses,
+                                                           "time_s": round(report.time_s, 3)}}
+
+
+def _rewrite_step(program: Program, index: int, weight_name: str, results) -> None:
+    step = program.steps[index]
+    weight = program.weights[weight_name]
+    inputs = list(step["inputs"][:2])
+    variants = []
+    for bucket, result in results:
+        packed_inputs = {}
+        for packed_name, array in prepack(result.winner, weight).items():
+            if array is weight or (array.shape == weight.shape and np.shares_memory(array, weight)):
+                packed_inputs[packed_name] = 1  # the original weight, stored once
+                continue
+            value_name = f"{weight_name}@{result.winner.impl}{_block_suffix(result.winner)}"
+            if value_name not in program.weights:
+                program.weights[value_name] = array
+            if value_name not in inputs:
+                inputs.append(value_name)
+            packed_inputs[packed_name] = inputs.index(value_name)
+        variants.append({"m_max": bucket, "impl": result.winner.impl, "params": result.winner.kwargs(),
+                         "packed": packed_inputs, "source": result.status})
+    step.update({"op": TUNED_OP, "domain": TUNED_DOMAIN, "inputs": inputs, "kernel": "tuned_matmul",
+                 "attrs": {"variants": variants}})
+
+
+def _block_suffix(config) -> str:
+    block = config.param("block")
+    return f"{block}" if block is not None else ""
+
+
+def _table_row(result) -> dict:
+    data = result.to_json()
+    fields = data["key_fields"]
+    shape = dict(fields["shape"]) if isinstance(fields.get("shape"), list) else fields.get("shape", {})
+    return {"key": data["key"], "shape": f"M<={shape.get('M')} N={shape.get('N')} K={shape.get('K')}",
+            "source": result.status, "winner": str(result.winner), "winner_pct_of_vendor": data["winner_percent_of_vendor"],
+            "candidates": [{"config": str(c.config), "pct_of_vendor": c_json["percent_of_vendor"], "status": c.status,
+                            "median_us": None if c_json["median_s"] is None else round(c_json["median_s"] * 1e6, 2)}
+                           for c, c_json in zip(result.candidates, data["candidates"])]}

@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+
+F32 = np.float32
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_quantize_dequantize(dtype, per_axis, rng, single_node, ort_check):
+    x = (rng.standard_normal((2, 3, 4)) * 50).astype(F32)
+    scale = np.array([0.5, 0.25, 1.0], F32) if per_axis else np.array(0.4, F32)
+    zp = (np.array([3, 10, 0], dtype) if per_axis else np.array(7, dtype))
+    attrs = {"axis": 1}
+    ort_check(single_node("QuantizeLinear", {"x": x}, [("y", dtype)], attrs, {"s": scale, "z": zp}, opset=13), {"x": x})
+    q = rng.integers(0, 100, (2, 3, 4)).astype(dtype)
+    ort_check(single_node("DequantizeLinear", {"q": q}, [("y", F32)], attrs, {"s": scale, "z": zp}, opset=13), {"q": q})
+
+
+def test_blocked_quantization(rng, single_node, ort_check):
+    x = rng.standard_normal((4, 6)).astype(F32)
+    scale = rng.random((4, 2)).astype(F32) + 0.1
+    zp = np.zeros((4, 2), np.int8)
+    ort_check(single_node("QuantizeLinear", {"x": x}, [("y", np.int8)], {"axis": 1, "block_size": 3},
+                          {"s": scale, "z": zp}, opset=21), {"x": x})
+
+
+def test_dynamic_quantize_linear(rng, single_node, ort_check):
+    x = (rng.standard_normal((3, 5)) * 4 + 1).astype(F32)
+    outs = [("y", np.uint8), ("s", F32), ("z", np.uint8)]
+    ort_check(single_node("DynamicQuantizeLinear", {"x": x}, outs), {"x": x})
+
+
+def test_matmul_integer_and_qlinear(rng, single_node, ort_check):
+    a = rng.integers(0, 255, (3, 4)).astype(np.uint8)
+    b = rng.integers(0, 255, (4, 5)).astype(np.uint8)
+    inits = {"az": np.array(12, np.uint8), "bz": np.array(130, np.uint8)}
+    model = single_node("MatMulInteger", {"a": a, "b": b}, [("y", np.int32)], initializers=inits)
+    ort_check(model, {"a": a, "b": b})
+    qinits = {"as": np.array(0.02, F32), "az": np.array(12, np.uint8), "bs": np.array(0.03, F32),
+              "bz": np.array(130, np.uint8), "ys": np.array(0.5, F32), "yz": np.array(100, np.uint8)}
+    model = single_node("QLinearMatMul", {"a": a, "b": b}, [("y", np.uint8)], initializers=qinits,
+                        input_names=["a", "as", "az", "b", "bs", "bz", "ys", "yz"])
+    ort_check(model, {"a": a, "b": b})
+
+
+def test_conv_integer_and_qlinear_conv(rng, single_node, ort_check):
+    x = rng.integers(0, 255, (1, 2, 5, 5)).astype(np.uint8)
+    w = rng.integers(0, 255, (3, 2, 3, 3)).astype(np.uint8)
+    model = single_node("ConvInteger", {"x": x}, [("y", np.int32)], {"pads": [1, 1, 1, 1]},
+                        {"w": w, "xz": np.array(100, np.uint8), "wz": np.array(128, np.uint8)})
+    ort_check(model, {"x": x})
+    wi = rng.integers(-100, 100, (3, 2, 3, 3)).astype(np.int8)
+    inits = {"xs": np.array(0.05, F32), "xz": np.array(100, np.uint8), "w": wi, "ws": np.array([0.01, 0.02, 0.03], F32),
+             "wz": np.zeros(3, np.int8), "ys": np.array(0.4, F32), "yz": np.array(90, np.uint8),
+             "b": np.array([5, -7, 100], np.int32)}
+    model = single_node("QLinearConv", {"x": x}, [("y", np.uint8)], {"pads": [1, 1, 1, 1]}, inits,
+                        input_names=["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"])
+    ort_check(model, {"x": x})

@@ -1,0 +1,48 @@
+import numpy as np
+import pytest
+
+F32 = np.float32
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_grid_sample(mode, padding, align, rng, single_node, ort_check):
+    x = rng.standard_normal((2, 3, 5, 6)).astype(F32)
+    grid = (rng.random((2, 4, 7, 2)) * 2.6 - 1.3).astype(F32)
+    attrs = {"mode": mode, "padding_mode": padding, "align_corners": align}
+    ort_check(single_node("GridSample", {"x": x, "g": grid}, [("y", F32)], attrs, opset=20), {"x": x, "g": grid})
+
+
+def test_affine_grid(rng, single_node, ort_check):
+    theta = rng.standard_normal((2, 2, 3)).astype(F32)
+    for align in (0, 1):
+        model = single_node("AffineGrid", {"t": theta}, [("y", F32)], {"align_corners": align},
+                            {"s": np.array([2, 3, 4, 5], np.int64)}, opset=20)
+        ort_check(model, {"t": theta})
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align(mode, rng, single_node, ort_check):
+    x = rng.standard_normal((2, 3, 10, 10)).astype(F32)
+    rois = np.array([[0, 0, 9, 9], [1.5, 2.2, 6.1, 8.3], [3, 3, 4, 4]], F32)
+    inits = {"r": rois, "b": np.array([0, 1, 1], np.int64)}
+    attrs = {"mode": mode, "output_height": 3, "output_width": 4, "sampling_ratio": 2, "spatial_scale": 0.9}
+    ort_check(single_node("RoiAlign", {"x": x}, [("y", F32)], attrs, inits, opset=16), {"x": x})
+
+
+@pytest.mark.parametrize("center", [0, 1])
+def test_non_max_suppression(center, rng, single_node, ort_check):
+    boxes = rng.random((2, 8, 4)).astype(F32)
+    scores = rng.random((2, 3, 8)).astype(F32)
+    inits = {"m": np.array([3], np.int64), "iou": np.array([0.3], F32), "st": np.array([0.2], F32)}
+    model = single_node("NonMaxSuppression", {"b": boxes, "s": scores}, [("y", np.int64)], {"center_point_box": center},
+                        inits)
+    ort_check(model, {"b": boxes, "s": scores})
+
+
+def test_col2im(rng, single_node, ort_check):
+    x = rng.standard_normal((1, 2 * 4, 9)).astype(F32)
+    inits = {"i": np.array([5, 6], np.int64), "k": np.array([2, 2], np.int64)}
+    model = single_node("Col2Im", {"x": x}, [("y", F32)], {"strides": [2, 2], "pads": [0, 1, 1, 0]}, inits, opset=18)
+    ort_check(model, {"x": x})

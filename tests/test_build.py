@@ -1,0 +1,192 @@
+"""`infc build` / `infc run` / `infc cache` end to end on the fixtures: numerics against
+onnxruntime, the engine cache, the timing cache, parallel builds and every bad-input case."""
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from infc.compiler.runtime.session import PlanSession
+from infc.compiler.testing import FIXTURES
+from infc.compiler.verify import compare_outputs, ort_session
+
+PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+
+
+def infc(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "infc.cli", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+def build(tmp_path, model, profile, out="plan.bin", *extra):
+    result = infc("build", model, "--profile", profile, "-o", tmp_path / out, "--cache-dir", tmp_path / "cache", "--json", *extra)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def assert_plan_matches_ort(plan_path, model_path, feeds, rtol=1e-4):
+    session = PlanSession(plan_path)
+    model = onnx.load(model_path)
+    names = [o.name for o in model.graph.output]
+    expected = ort_session(model).run(names, feeds)
+    actual = session.run(session.check_feeds(feeds, "test"))
+    for diff in compare_outputs(names, expected, [actual[n] for n in names]):
+        assert diff.max_rel_diff <= rtol, diff
+
+
+def one_line_error(result, code, *fragments):
+    assert result.returncode == code, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def cnn_plan(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cnn")
+    report = build(tmp, FIXTURES / "cnn_ts.onnx", PROFILES / "cnn.yaml")
+    return tmp, report
+
+
+def test_cnn_plan_matches_onnxruntime(cnn_plan):
+    tmp, report = cnn_plan
+    assert report["cache_hit"] is False and report["plan"].endswith("plan.bin")
+    for batch in (1, 4, 8):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 32, 32)).astype(np.float32)
+        assert_plan_matches_ort(tmp / "plan.bin", FIXTURES / "cnn_ts.onnx", {"pixel_values": x})
+
+
+def test_second_build_is_a_cache_hit_and_a_changed_profile_says_why(cnn_plan, tmp_path):
+    tmp, _ = cnn_plan
+    again = build(tmp, FIXTURES / "cnn_ts.onnx", PROFILES / "cnn.yaml", "again.bin")
+    assert again["cache_hit"] is True and again["build_s"] < 1.0
+    assert (tmp / "again.bin").read_bytes() == (tmp / "plan.bin").read_bytes()
+    other = tmp_path / "other.yaml"
+    other.write_text("inputs:\n  pixel_values: [2, 3, 32, 32]\n")
+    changed = build(tmp, FIXTURES / "cnn_ts.onnx", other, "other.bin")
+    assert changed["cache_hit"] is False and "profile" in changed["cache_reason"]
+
+
+def test_run_json_and_outputs(cnn_plan, tmp_path):
+    tmp, _ = cnn_plan
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", pixel_values=x)
+    result = infc("run", tmp / "plan.bin", "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz",
+                  "--iterations", 3, "--json")
+    assert result.returncode == 0, result.stderr
+    stats = json.loads(result.stdout)
+    assert set(stats["latency_ms"]) >= {"p50", "p90", "p99", "iterations"} and stats["latency_ms"]["iterations"] == 3
+    expected = ort_session(onnx.load(FIXTURES / "cnn_ts.onnx")).run(None, {"pixel_values": x})[0]
+    got = np.load(tmp_path / "out.npz")["logits"]
+    assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+def test_shape_outside_profile_warns_once_and_is_right(cnn_plan, tmp_path):
+    tmp, _ = cnn_plan
+    x = np.random.default_rng(1).standard_normal((12, 3, 32, 32)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", pixel_values=x)
+    result = infc("run", tmp / "plan.bin", "--inputs", tmp_path / "in.npz", "--iterations", 2)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("outside the profile") == 1
+    assert_plan_matches_ort(tmp / "plan.bin", FIXTURES / "cnn_ts.onnx", {"pixel_values": x})
+
+
+def test_timing_cache_is_reused_by_another_model(tmp_path):
+    first = build(tmp_path, FIXTURES / "bert_ts.onnx", PROFILES / "bert.yaml", "bert_ts.bin")
+    assert first["timing_cache"]["misses"] > 0
+    second = build(tmp_path, FIXTURES / "bert_dynamo.onnx", PROFILES / "bert.yaml", "bert_dynamo.bin")
+    assert second["timing_cache"]["misses"] == 0 and second["timing_cache"]["hits"] > 0
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, 100, (2, 16)).astype(np.int64), "attention_mask": np.ones((2, 16), np.int64)}
+    feeds["attention_mask"][1, 10:] = 0
+    for name in ("bert_ts", "bert_dynamo"):
+        assert_plan_matches_ort(tmp_path / f"{name}.bin", FIXTURES / f"{name}.onnx", feeds)
+
+
+def test_parallel_builds_of_one_key_leave_one_valid_plan(tmp_path):
+    command = [sys.executable, "-m", "infc.cli", "build", FIXTURES / "cnn_ts.onnx", "--profile", PROFILES / "cnn.yaml",
+               "--cache-dir", tmp_path / "cache", "--json"]
+    procs = [subprocess.Popen([*map(str, command), "-o", str(tmp_path / f"p{i}.bin")], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for i in range(4)]
+    assert all(p.wait() == 0 for p in procs)
+    plans = list((tmp_path / "cache" / "engines").glob("*.plan"))
+    assert len(plans) == 1
+    PlanSession(plans[0])
+    assert not [p for p in (tmp_path / "cache" / "engines").iterdir() if p.name.startswith(".")]
+
+
+def test_cache_ls_and_clear(cnn_plan):
+    tmp, _ = cnn_plan
+    listed = infc("cache", "ls", "--cache-dir", tmp / "cache", "--json")
+    assert listed.returncode == 0 and any(e["model_name"] == "cnn_ts.onnx" for e in json.loads(listed.stdout))
+
+
+def test_inspect_plan(cnn_plan):
+    tmp, _ = cnn_plan
+    result = infc("inspect", tmp / "plan.bin", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["target"]["kind"] == "cpu" and report["memory"]["arena_bytes"] <= report["memory"]["sum_activation_bytes"]
+
+
+# --- bad input -------------------------------------------------------------------------------------
+
+def test_malformed_and_mismatched_profiles(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("inputs: {pixel_values: {min: [1, 3, 32, 32], max: [2, 3, 32, 32]}}\n")
+    out = tmp_path / "p.bin"
+    one_line_error(infc("build", FIXTURES / "cnn_ts.onnx", "--profile", bad, "-o", out, "--no-cache"), 2, "bad.yaml", "min, opt and max")
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("inputs: {images: [1, 3, 32, 32]}\n")
+    one_line_error(infc("build", FIXTURES / "cnn_ts.onnx", "--profile", wrong, "-o", out, "--no-cache"), 2, "images")
+    assert not out.exists()
+
+
+def _plan_copy(cnn_plan, tmp_path):
+    data = bytearray((cnn_plan[0] / "plan.bin").read_bytes())
+    return data, tmp_path / "bad.bin"
+
+
+def test_truncated_flipped_and_newer_plans(cnn_plan, tmp_path):
+    data, path = _plan_copy(cnn_plan, tmp_path)
+    path.write_bytes(data[: len(data) // 2])
+    one_line_error(infc("run", path, "--iterations", 1), 2, "bad.bin")
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x40
+    path.write_bytes(flipped)
+    one_line_error(infc("run", path, "--iterations", 1), 2, "bad.bin", "sha256")
+    newer = bytearray(data)
+    newer[8:12] = struct.pack("<I", 99)
+    path.write_bytes(newer)
+    one_line_error(infc("run", path, "--iterations", 1), 2, "newer")
+
+
+def test_plan_for_another_target_exits_3_naming_fields(cnn_plan, tmp_path):
+    from infc.compiler.plan.format import read_plan, write_plan
+
+    plan = read_plan(cnn_plan[0] / "plan.bin")
+    meta = dict(plan.meta, target=dict(plan.meta["target"], cpu="Imaginary CPU 9000", isa=["avx512f"]))
+    path = tmp_path / "other.bin"
+    write_plan(path, meta, {name: bytes(view) for name, view in plan.sections.items()})
+    one_line_error(infc("run", path, "--iterations", 1), 3, "cpu", "isa", "infc build")
+
+
+def test_bad_inputs_files(cnn_plan, tmp_path):
+    plan = cnn_plan[0] / "plan.bin"
+    cases = {
+        "names": {"images": np.zeros((1, 3, 32, 32), np.float32)},
+        "dtype": {"pixel_values": np.zeros((1, 3, 32, 32), np.float64)},
+        "shape": {"pixel_values": np.zeros((1, 3, 16, 32), np.float32)},
+    }
+    for case, arrays in cases.items():
+        path = tmp_path / f"{case}.npz"
+        np.savez(path, **arrays)
+        one_line_error(infc("run", plan, "--inputs", path, "--outputs", tmp_path / "o.npz"), 2, f"{case}.npz")
+    assert not (tmp_path / "o.npz").exists()
+    (tmp_path / "junk.npz").write_text("junk")
+    one_line_error(infc("run", plan, "--inputs", tmp_path / "junk.npz"), 2, "junk.npz")
