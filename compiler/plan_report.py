@@ -10,6 +10,8 @@ from rich.table import Table
 
 from .plan.format import read_plan
 
+TOP_CANDIDATES = 3  # the fastest few per shape; --json has them all
+
 
 def plan_report(path: str) -> dict:
     meta = read_plan(path).meta
@@ -38,11 +40,15 @@ def _nbytes(info: dict) -> int:
 
 def _tuning_table(tuning: list[dict]) -> Table:
     table = Table(title="GEMM kernels per shape bucket (time as % of the vendor library; lower is faster)")
-    for column in ("GEMM (M bucket x N x K)", "source", "winner", "winner %", "candidates"):
+    for column in ("GEMM (M bucket x N x K)", "source", "winner", "winner %", "fastest candidates (% of vendor)"):
         table.add_column(column)
     for entry in tuning:
-        cands = ", ".join(f"{c['config']}: {c['pct_of_vendor']:.0f}%" if c.get("pct_of_vendor") is not None else f"{c['config']}: {c['status']}"
-                          for c in entry.get("candidates", []))
+        timed = sorted((c for c in entry.get("candidates", []) if c.get("pct_of_vendor") is not None),
+                       key=lambda c: c["pct_of_vendor"])
+        others = len(entry.get("candidates", [])) - len(timed)
+        cands = ", ".join(f"{c['config']} {c['pct_of_vendor']:.0f}%" for c in timed[:TOP_CANDIDATES])
+        cands += f" (+{len(timed) - TOP_CANDIDATES} more)" if len(timed) > TOP_CANDIDATES else ""
+        cands += f"; {others} pruned or failed" if others else ""
         table.add_row(entry.get("shape", entry.get("key", "")), entry.get("source", ""), str(entry.get("winner")),
                       f"{entry['winner_pct_of_vendor']:.0f}%" if entry.get("winner_pct_of_vendor") is not None else "-", cands)
     return table
