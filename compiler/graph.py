@@ -77,6 +77,11 @@ def is_scalar_const(tensor: gs.Tensor | None, value: float, rtol: float = 1e-3) 
     return bool(np.allclose(arr.astype(np.float64), value, rtol=rtol, atol=1e-6))
 
 
+def is_float(tensor: gs.Tensor) -> bool:
+    """Floating point, or of unknown type (checks that need a dtype decline elsewhere)."""
+    return tensor.dtype is None or np.dtype(tensor.dtype).kind == "f"
+
+
 def consumers(tensor: gs.Tensor) -> list[gs.Node]:
     return list(tensor.outputs)
 

@@ -3,7 +3,6 @@ original model (fp32, 1e-4 relative), and the OCR line decodes identically from 
 
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
 

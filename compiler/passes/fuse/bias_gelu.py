@@ -11,10 +11,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ...graph import CONTRIB_DOMAIN
+from ...graph import CONTRIB_DOMAIN, is_float
 from ..engine import Match, Rule
 from ..pattern import const, ms_op, op, var
-from .gelu import is_float
 
 
 def _check(m: Match) -> str | None:

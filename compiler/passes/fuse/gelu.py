@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
-from ...graph import CONTRIB_DOMAIN, is_scalar_const, opset_of
+from ...graph import CONTRIB_DOMAIN, is_float, is_scalar_const, opset_of
 from ..engine import Match, Rule
 from ..pattern import const, op, var
 
 x = var("x")
 _ERF_ARGS = {"Div": math.sqrt(2.0), "Mul": 1.0 / math.sqrt(2.0)}
 _EXPECTED = {"one": 1.0, "half": 0.5, "three": 3.0, "coef": 0.044715, "sqrt_2_pi": math.sqrt(2.0 / math.pi)}
-
-
-def is_float(tensor: gs.Tensor) -> bool:
-    return tensor.dtype is None or np.dtype(tensor.dtype).kind == "f"
 
 
 def _check(m: Match) -> str | None:

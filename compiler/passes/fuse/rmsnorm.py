@@ -17,7 +17,8 @@ import onnx_graphsurgeon as gs
 from ...graph import opset_of
 from ..engine import Match, Rule
 from ..pattern import const, op, var
-from .layernorm import SCALE_RULE, divided_by, norm_params
+from .norm_affine import SCALE_RULE
+from .norm_stats import divided_by, norm_params
 
 
 def _check(m: Match) -> str | None:

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import onnx_graphsurgeon as gs
 
-from ...graph import CONTRIB_DOMAIN
+from ...graph import CONTRIB_DOMAIN, is_float
 from ..engine import Match, Rule
 from ..pattern import op, var
-from .gelu import is_float
 
 
 def _check(m: Match) -> str | None:
