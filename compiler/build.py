@@ -89,6 +89,9 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     model = load_model(model_path)
     graph_inputs = [value_info(t) for t in import_graph(model).inputs]
     profile = load_profile(profile_path) if profile_path else default_profile(graph_inputs)
+    if profile.decode:  # decoder plans: paged attention, KV cache in the runtime's block pool
+        from .decoder import build_decoder_plan  # noqa: PLC0415 - it imports helpers from this module
+        return build_decoder_plan(model_path, model, profile, output, options, log)
     check_profile_matches_model(profile, graph_inputs)
     fingerprint = cpu_fingerprint()
     cache = EngineCache(options.cache_dir)

@@ -1,6 +1,7 @@
 """Every fixture and the three PaddleOCR models build into CPU plans that match onnxruntime on the
 original model (fp32, 1e-4 relative), and the OCR line decodes identically from the plan."""
 
+import json
 from pathlib import Path
 
 import onnx
@@ -14,7 +15,7 @@ from infc.compiler.testing import FIXTURES
 from infc.compiler.verify import compare_outputs, ort_session
 
 PROFILES = Path(__file__).resolve().parent.parent / "profiles"
-FIXTURE_PROFILES = {p.stem: PROFILES / f"{p.stem.split('_')[0]}.yaml" for p in FIXTURES.glob("*.onnx")}
+FIXTURE_PROFILES = {Path(m["name"]).stem: PROFILES / f"{m['model']}.yaml" for m in json.loads((FIXTURES / "fixtures.json").read_text())}
 
 
 @pytest.fixture(scope="module")

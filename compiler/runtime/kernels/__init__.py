@@ -10,9 +10,11 @@ from typing import Callable
 
 from . import (activation, attention, cast, conv, elementwise, gather_scatter, gemm, loss, norm, pool, quant,
                reduce, resize, rnn, shape, signal, tuned_gemm, vision)
+from . import paged_attention
+from . import chain
 
 FAMILIES = (elementwise, cast, activation, reduce, shape, gather_scatter, conv, pool, gemm, norm, attention, resize,
-            quant, loss, vision, signal, rnn, tuned_gemm)
+            quant, loss, vision, signal, rnn, tuned_gemm, paged_attention, chain)
 
 
 def _merge() -> dict[tuple[str, str], Callable]:

@@ -1,0 +1,142 @@
+"""`infc build` of a decoder (a profile with a `decode:` block): optimize, page the attention,
+lower with batch-invariant GEMMs, smoke-run one mixed prefill/decode step, write the plan."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from ... import __version__
+from ..engine_cache import EngineCache
+from ..errors import BadInput
+from ..graph import import_graph
+from ..lower import lower_graph, value_info
+from ..optimize import optimize_model
+from ..plan.format import write_plan
+from ..profile import Profile, check_profile_matches_model
+from ..runtime.decode_api import SeqChunk
+from ..runtime.executor import Executor
+from ..runtime.kernels import has_kernel
+from ..runtime.model_runner import PagedModelRunner
+from ..target import cpu_fingerprint
+from .canonicalize import canonicalize
+from .float64 import use_float64_gemms
+from .sites import find_sites
+
+PLAN_KIND = "decoder"
+
+
+def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profile, output: Path, options,
+                       log=lambda msg: None) -> dict:
+    from ..build import _copy_atomic, _summary, _summary_from_cache, weights_section  # noqa: PLC0415 - build imports us
+
+    started = time.perf_counter()
+    if options.precision != "fp32":
+        raise BadInput(f"--precision {options.precision}: decoder plans are fp32 for now (GEMMs run in float64 "
+                       "for batch invariance)")
+    tokenizer = _tokenizer(model_path)
+    fingerprint = cpu_fingerprint()
+    key_options = {**options.key_options(), "decoder": 1,
+                   "tokenizer": hashlib.sha256(tokenizer).hexdigest() if tokenizer else None}
+    cache = EngineCache(options.cache_dir)
+    components = cache.components(model_path, profile.digest(), key_options, fingerprint, __version__)
+    lookup = cache.lookup(model_path, components) if options.use_cache else None
+    report = {"plan": str(output), "target": options.target, "fingerprint": fingerprint, "cache_key": lookup.key if lookup else None}
+    if lookup and lookup.hit:
+        _copy_atomic(lookup.plan_path, output)
+        return {**report, "cache_hit": True, "cache_reason": "hit", "build_s": round(time.perf_counter() - started, 4),
+                **_summary_from_cache(cache, lookup.key)}
+    log(f"engine cache miss: {lookup.reason}" if lookup else "engine cache disabled (--no-cache)")
+
+    original_inputs = [value_info(t) for t in import_graph(model).inputs]
+    optimized = optimize_model(model)
+    graph = import_graph(optimized.model)
+    sites = find_sites(graph, _attention_rejections(optimized))
+    past = {t.name for s in sites for t in s.past}
+    check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past)
+    decoder = _spec(sites, profile, optimized.model, [t for t in graph.outputs if not _is_present(t, sites)])
+    decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"]))
+    program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
+    use_float64_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
+    _smoke_run(program, decoder)
+    if tokenizer is None:
+        log("no tokenizer.json next to the model: the plan runs token ids only")
+    blob, weight_table = weights_section(program.weights)
+    meta = {
+        "infc_version": __version__, "kind": PLAN_KIND, "target": fingerprint, "opset": program.opset,
+        "model": {"name": model_path.name, "sha256": components["model"]}, "profile": profile.normalized(),
+        "options": key_options, "inputs": program.inputs, "outputs": program.outputs, "program": program.steps,
+        "weights": weight_table, "memory": {"arena_bytes": 0, "sum_activation_bytes": 0},
+        "tuning": [], "fallback_ops": program.fallback_ops, "decoder": decoder,
+    }
+    sections = {"weights": blob, **program.islands, **({"tokenizer": tokenizer} if tokenizer else {})}
+    write_plan(output, meta, sections)
+    if options.use_cache:
+        cache.store(lookup.key, output, model_path, components, {"summary": _summary(meta)})
+    return {**report, "cache_hit": False, "cache_reason": lookup.reason if lookup else "disabled",
+            "build_s": round(time.perf_counter() - started, 4), **_summary(meta), "decoder": _brief(decoder)}
+
+
+def _attention_rejections(optimized) -> dict[str, int]:
+    reasons: dict[str, int] = {}
+    for stats in optimized.pipeline.stats:
+        for name, rule in stats.rules.items():
+            if name.startswith("attention"):
+                for reason, count in rule.rejected().items():
+                    reasons[reason] = reasons.get(reason, 0) + count
+    return reasons
+
+
+def _is_present(tensor, sites) -> bool:
+    return any(tensor is p for s in sites for p in s.present)
+
+
+def _spec(sites, profile: Profile, model: onnx.ModelProto, outputs: list) -> dict:
+    shapes = {(s.num_heads, s.kv_num_heads, s.head_dim) for s in sites}
+    if len(shapes) != 1:
+        raise BadInput(f"not a recognized decoder: layers differ in head counts or sizes {sorted(shapes)}")
+    if len(outputs) != 1:
+        raise BadInput(f"not a recognized decoder: expected one output besides the present KV, got {[t.name for t in outputs]}")
+    if "max_model_len" not in profile.decode:
+        raise BadInput(f"{profile.source}: decode.max_model_len: required for a decoder plan")
+    num_heads, kv_heads, head_dim = shapes.pop()
+    vocab = outputs[0].shape[-1] if outputs[0].shape else None
+    props = {p.key: p.value for p in model.metadata_props}
+    eos = props.get("eos_token_ids", props.get("eos_token_id", "[]"))
+    try:
+        eos_ids = [int(e) for e in (json.loads(eos) if eos.strip().startswith("[") else eos.split(","))]
+    except ValueError:
+        raise BadInput(f"model metadata eos_token_ids: not a list of integers: {eos!r}") from None
+    return {"num_layers": len(sites), "num_heads": num_heads, "num_kv_heads": kv_heads, "head_dim": head_dim,
+            "max_model_len": profile.decode["max_model_len"], "block_size": profile.decode.get("block_size", 16),
+            "eos_token_ids": eos_ids, "logits": outputs[0].name, "chat_template": props.get("chat_template"),
+            "vocab_size": int(vocab) if isinstance(vocab, (int, np.integer)) and vocab > 0 else None}
+
+
+def _smoke_run(program, decoder: dict) -> None:
+    """One step with a 3-token prefill and a decode token: the vocabulary size comes from it if the
+    graph does not say, and a graph that cannot run fails the build here rather than in `infc run`."""
+    executor = Executor(program.steps, program.weights, program.opset, program.islands,
+                        output_names=[o["name"] for o in program.outputs])
+    runner = PagedModelRunner(executor, {**decoder, "vocab_size": decoder["vocab_size"] or 8}, program.inputs)
+    runner.allocate_kv(2)
+    chunks = [SeqChunk(0, [1, 2, 3], 0, [0], True), SeqChunk(1, [4], 1, [1], True)]
+    logits = executor.run(runner.feeds(chunks)[0])[decoder["logits"]]
+    rows = 2 if decoder["gathers_logits"] else 4
+    if logits.ndim < 2 or logits.size != rows * logits.shape[-1] or decoder["vocab_size"] not in (None, logits.shape[-1]):
+        raise BadInput(f"not a recognized decoder: logits of shape {list(logits.shape)} for {rows} rows")
+    decoder["vocab_size"] = int(logits.shape[-1])
+
+
+def _tokenizer(model_path: Path) -> bytes | None:
+    path = model_path.parent / "tokenizer.json"
+    return path.read_bytes() if path.is_file() else None
+
+
+def _brief(decoder: dict) -> dict:
+    return {k: v for k, v in decoder.items() if k != "chat_template"}

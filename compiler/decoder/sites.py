@@ -1,0 +1,120 @@
+"""Finding each layer's attention and the KV cache around it in an optimized decoder graph.
+
+    past_key_values.i.key ─► Concat(axis=2) ◄─ k_new (B, kvN, S, H)        (the same for the value)
+                               ├─► present.i.key (graph output)
+                               ▼
+                 [Unsqueeze(2) ─► Expand ─► Reshape]      repeat_kv, only with grouped KV heads
+                               ▼
+    q ─► com.microsoft.MultiHeadAttention(q (B,S,N*H), k, v, attention_bias=mask)
+         or ONNX Attention(q (B,N,S,H) or (B,S,N*H), k, v, mask)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from ..errors import BadInput
+
+ATTENTION_OPS = {("com.microsoft", "MultiHeadAttention"), ("", "Attention")}
+REPEAT_KV_OPS = {"Unsqueeze", "Expand", "Reshape", "Identity"}
+
+
+@dataclass
+class Site:
+    node: gs.Node
+    q: gs.Tensor
+    k_new: gs.Tensor
+    v_new: gs.Tensor
+    past: tuple[gs.Tensor, gs.Tensor]  # graph inputs
+    present: tuple[gs.Tensor, gs.Tensor]  # the Concats' outputs
+    num_heads: int
+    kv_num_heads: int
+    head_dim: int
+    scale: float
+
+    @property
+    def q_is_4d(self) -> bool:
+        return self.node.op == "Attention" and len(self.q.shape or ()) == 4
+
+
+def _producer(t: gs.Tensor) -> gs.Node | None:
+    return t.inputs[0] if len(t.inputs) == 1 else None
+
+
+def _kv_concat(t: gs.Tensor, graph_inputs: set[int]) -> tuple[gs.Node | None, str | None]:
+    """Walk from an attention's key/value up through repeat_kv to the past-KV Concat."""
+    node = _producer(t)
+    while node is not None and node.op in REPEAT_KV_OPS:
+        if node.op == "Unsqueeze" and _unsqueeze_axes(node) not in ([2], None):
+            return None, "repeat_kv does not insert the group axis after the KV heads"
+        node = _producer(node.inputs[0])
+    if node is None or node.op != "Concat" or len(node.inputs) != 2 or id(node.inputs[0]) not in graph_inputs:
+        return None, "key/value is not a Concat of a past-KV graph input and the new tokens"
+    if node.attrs.get("axis") not in (2, -2):
+        return None, "past-KV Concat is not over the sequence axis"
+    return node, None
+
+
+def _unsqueeze_axes(node: gs.Node) -> list[int] | None:
+    axes = node.attrs.get("axes")
+    if axes is None and len(node.inputs) > 1 and isinstance(node.inputs[1], gs.Constant):
+        axes = np.asarray(node.inputs[1].values).reshape(-1).tolist()
+    return [int(a) for a in axes] if axes is not None else None
+
+
+def _static(dim) -> int | None:
+    return int(dim) if isinstance(dim, (int, np.integer)) and dim > 0 else None
+
+
+def _num_heads(q: gs.Tensor, key: gs.Tensor, out: gs.Tensor, head_dim: int | None) -> int | None:
+    """Query heads of a 4-D Attention: dim 1 of q, of the repeated key, or of the output."""
+    for t in (q, key, out):
+        if t.shape is not None and len(t.shape) == 4 and _static(t.shape[1]):
+            return _static(t.shape[1])
+    hidden = _static(q.shape[-1]) if q.shape is not None and len(q.shape) == 3 else None
+    return hidden // head_dim if hidden and head_dim and hidden % head_dim == 0 else None
+
+
+def site_of(node: gs.Node, graph_inputs: set[int]) -> tuple[Site | None, str | None]:
+    inputs = [None if t.is_empty() else t for t in node.inputs] + [None] * 8
+    if node.op == "MultiHeadAttention" and any(inputs[i] is not None for i in (3, 4, 6, 7)):
+        return None, "MultiHeadAttention has a QKV bias, key padding or past inputs"
+    if node.op == "Attention" and (inputs[4] is not None or node.attrs.get("softcap", 0.0)):
+        return None, "Attention has past inputs or a softcap"
+    if len([o for o in node.outputs if not o.is_empty()]) != 1:
+        return None, "attention has present or score outputs"
+    k_concat, reason = _kv_concat(inputs[1], graph_inputs)
+    v_concat, v_reason = _kv_concat(inputs[2], graph_inputs)
+    if reason or v_reason:
+        return None, reason or v_reason
+    past_k, past_v = k_concat.inputs[0], v_concat.inputs[0]
+    shape = list(past_k.shape or [])
+    kv_heads, head_dim = (_static(shape[1]), _static(shape[3])) if len(shape) == 4 else (None, None)
+    q = inputs[0]
+    num_heads = node.attrs.get("num_heads") or node.attrs.get("q_num_heads") or _num_heads(q, inputs[1], node.outputs[0], head_dim)
+    if not (kv_heads and head_dim and num_heads) or num_heads % kv_heads:
+        return None, "head counts or head size are not static"
+    scale = node.attrs.get("scale") or 1.0 / np.sqrt(head_dim)
+    site = Site(node, q, k_concat.inputs[1], v_concat.inputs[1], (past_k, past_v),
+                (k_concat.outputs[0], v_concat.outputs[0]), int(num_heads), kv_heads, head_dim, float(scale))
+    return site, None
+
+
+def find_sites(graph: gs.Graph, fusion_rejections: dict[str, int]) -> list[Site]:
+    """Every attention of the decoder, in graph order; a decoder that is not recognized fails here."""
+    graph.toposort()
+    graph_inputs = {id(t) for t in graph.inputs}
+    nodes = [n for n in graph.nodes if ((n.domain or "").replace("ai.onnx", ""), n.op) in ATTENTION_OPS]
+    if not nodes:
+        reasons = "; ".join(f"{r} (x{n})" for r, n in fusion_rejections.items()) or "no attention pattern found"
+        raise BadInput(f"not a recognized decoder: no attention node fused: {reasons}")
+    sites = []
+    for node in nodes:
+        site, reason = site_of(node, graph_inputs)
+        if site is None:
+            raise BadInput(f"not a recognized decoder: attention '{node.name}': {reason}")
+        sites.append(site)
+    return sites

@@ -1,0 +1,103 @@
+"""`infc.PagedAttention` (attention over the paged KV cache) and `infc.Float64` (an op run in
+float64 and rounded back: batch-invariant GEMMs, since BLAS fp32 results depend on M).
+
+PagedAttention inputs: q [1, T, N*H], k_new and v_new [1, kvN, T, H], the layer's K and V pools
+[num_blocks, kvN, block_size, H] (written in place: the one kernel that writes into its inputs, the
+pools belong to the model runner), slot_mapping [T], block_tables [num_seqs, max_blocks],
+query_start_loc [num_seqs + 1], context_lens [num_seqs] (tokens in the cache after this step).
+Each sequence's query rows attend causally to its cached context and its own new tokens. Work is
+per sequence and in float64, so a row's result does not depend on what else is in the batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .common import KernelContext
+
+
+def _write_kv(pool: np.ndarray, new_BNTH: np.ndarray, slots: np.ndarray) -> None:
+    block_size = pool.shape[2]
+    pool[slots // block_size, :, slots % block_size, :] = new_BNTH[0].transpose(1, 0, 2)
+
+
+def _gather_kv(pool: np.ndarray, table: np.ndarray, length: int) -> np.ndarray:
+    """[..., blocks] table -> [..., kvN, length, H] float64."""
+    blocks = pool[table]  # [..., nb, kvN, bs, H]
+    lead = blocks.shape[:-4]
+    nb, kv_heads, block_size, head_dim = blocks.shape[-4:]
+    moved = np.moveaxis(blocks, -4, -3).astype(np.float64, order="C")  # one copy into [..., kvN, nb, bs, H]
+    return moved.reshape(*lead, kv_heads, nb * block_size, head_dim)[..., :length, :]
+
+
+def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray, scale: float) -> np.ndarray:
+    """q [..., kvN, G*S, H] float64, k/v [..., kvN, L, H], allowed broadcastable to the scores."""
+    scores = np.matmul(q, np.swapaxes(k, -1, -2))
+    scores *= scale
+    scores = np.where(allowed, scores, -np.inf)
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    return np.matmul(scores, v)
+
+
+def paged_attention(inputs, attrs, ctx):
+    q, k_new, v_new, k_pool, v_pool, slots, tables, starts, context_lens = inputs
+    heads, kv_heads, scale = attrs["num_heads"], attrs["kv_num_heads"], attrs["scale"]
+    head_dim, group = k_pool.shape[-1], heads // kv_heads
+    _write_kv(k_pool, k_new, slots)
+    _write_kv(v_pool, v_new, slots)
+    q_TNH = q.reshape(-1, heads, head_dim).astype(np.float64)
+    out = np.empty((q_TNH.shape[0], heads * head_dim), np.float32)
+    num_new = np.diff(starts)
+    block_size = k_pool.shape[2]
+    decode = np.flatnonzero(num_new == 1)
+    if decode.size:  # one query row each: all together, each row masked to its own context
+        length = int(context_lens[decode].max())
+        table = tables[decode, :-(-length // block_size)]
+        k, v = _gather_kv(k_pool, table, length), _gather_kv(v_pool, table, length)
+        rows = starts[decode]
+        q_d = q_TNH[rows].reshape(len(rows), kv_heads, group, head_dim)
+        allowed = (np.arange(length) < context_lens[decode, None])[:, None, None, :]
+        y = _attend(q_d, k, v, allowed, scale)
+        out[rows] = y.reshape(len(rows), heads * head_dim)
+    for seq in np.flatnonzero(num_new > 1):
+        begin, count, length = int(starts[seq]), int(num_new[seq]), int(context_lens[seq])
+        table = tables[seq, :-(-length // block_size)]
+        k, v = _gather_kv(k_pool, table, length), _gather_kv(v_pool, table, length)
+        q_s = q_TNH[begin:begin + count].reshape(count, kv_heads, group, head_dim).transpose(1, 2, 0, 3)
+        positions = np.arange(length - count, length)
+        allowed = np.arange(length)[None, :] <= positions[:, None]  # [S, L]
+        y = _attend(q_s.reshape(kv_heads, group * count, head_dim), k, v, np.tile(allowed, (group, 1)), scale)
+        out[begin:begin + count] = y.reshape(kv_heads, group, count, head_dim).transpose(2, 0, 1, 3).reshape(count, -1)
+    return [out.reshape(q.shape)]
+
+
+def float64_op(inputs, attrs, ctx):
+    """attrs: inner_op, inner_domain, const_inputs (indexes of weights: cast once, kept in the memo)."""
+    inner = ctx.memo.get("kernel")
+    if inner is None:
+        from . import kernel_for  # noqa: PLC0415 - the registry imports this module
+
+        inner = ctx.memo["kernel"] = kernel_for(attrs["inner_domain"], attrs["inner_op"])
+    cast = []
+    for index, x in enumerate(inputs):
+        if x is None or x.dtype != np.float32:
+            cast.append(x)
+        elif index in attrs["const_inputs"]:
+            cached = ctx.memo.get(index)
+            if cached is None or cached[0] is not x:
+                cached = ctx.memo[index] = (x, x.astype(np.float64))
+            cast.append(cached[1])
+        else:
+            cast.append(x.astype(np.float64))
+    inner_attrs = {k: v for k, v in attrs.items() if k not in ("inner_op", "inner_domain", "const_inputs")}
+    inner_ctx = ctx.memo.setdefault("ctx", KernelContext(ctx.opset))  # no (float32) output buffers
+    results = inner(cast, inner_attrs, inner_ctx)
+    return [r.astype(np.float32) if r is not None and r.dtype == np.float64 else r for r in results]
+
+
+KERNELS = {
+    ("infc", "PagedAttention"): paged_attention,
+    ("infc", "Float64"): float64_op,
+}

@@ -1,0 +1,109 @@
+"""Decoder plans of the fixtures (built once per session) and the two greedy loops the tests compare:
+onnxruntime on the original model with its past-KV loop, and the paged model runner."""
+
+from __future__ import annotations
+
+import functools
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from infc.compiler.build import BuildOptions, build
+from infc.compiler.runtime.decode_api import SeqChunk
+from infc.compiler.runtime.model_runner import load_model_runner
+from infc.compiler.testing import FIXTURES
+from infc.compiler.verify import ort_session
+
+PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+DECODERS = ("gpt2_ts", "gpt2_dynamo", "llama_ts", "llama_dynamo")
+
+
+def build_plan(model_path, profile_path, folder: Path) -> Path:
+    plan = folder / f"{Path(model_path).stem}.plan"
+    build(str(model_path), str(profile_path), str(plan), BuildOptions(use_cache=False, show_progress=False))
+    return plan
+
+
+@pytest.fixture(scope="session")
+def decoder_plans(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("decoder_plans")
+    return {name: build_plan(FIXTURES / f"{name}.onnx", PROFILES / f"{name.split('_')[0]}_decode.yaml", folder)
+            for name in DECODERS}
+
+
+def prompts(count: int, vocab: int, seed: int, max_len: int = 40) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, vocab, rng.integers(1, max_len + 1)).tolist() for _ in range(count)]
+
+
+@functools.lru_cache(maxsize=4)
+def _session(model_path: str):
+    model = onnx.load(model_path)
+    return model.graph, ort_session(model)
+
+
+def ort_greedy(model_path, prompt: list[int], num_tokens: int) -> tuple[list[int], list[np.ndarray]]:
+    """Greedy tokens and each step's last-row logits from the original model with its past-KV loop."""
+    model, session = _session(str(model_path))
+    past = {i.name: i for i in model.input if i.name.startswith("past_key_values")}
+    feeds = {name: np.zeros([1] + [d.dim_value for d in info.type.tensor_type.shape.dim[1:2]] + [0]
+                            + [d.dim_value for d in info.type.tensor_type.shape.dim[3:]], np.float32)
+             for name, info in past.items()}
+    names = [o.name for o in model.output]
+    tokens, logits_seen, ids = [], [], list(prompt)
+    start = 0
+    for _ in range(num_tokens):
+        feeds.update(input_ids=np.array([ids], np.int64), position_ids=np.arange(start, start + len(ids))[None],
+                     attention_mask=np.ones((1, start + len(ids)), np.int64))
+        out = dict(zip(names, session.run(names, feeds)))
+        logits = out["logits"][0, -1]
+        logits_seen.append(logits)
+        start += len(ids)
+        ids = [int(np.argmax(logits))]
+        tokens.append(ids[0])
+        for name in past:
+            feeds[name] = out[name.replace("past_key_values", "present")]
+    return tokens, logits_seen
+
+
+def runner_greedy(runner, prompts_: list[list[int]], num_tokens: int, chunk_sizes=None,
+                  budget: int = 256) -> tuple[list[list[int]], list[list[np.ndarray]]]:
+    """All requests in one batch: each step takes up to `budget` tokens in request order, prompts
+    prefilled in chunks (of at most `chunk_sizes[i]` tokens when given), then decoded token by token;
+    request i owns a contiguous run of blocks."""
+    spec = runner.spec
+    per_seq = -(-(max(map(len, prompts_)) + num_tokens) // spec.block_size)
+    runner.allocate_kv(per_seq * len(prompts_))
+    tables = [list(range(i * per_seq, (i + 1) * per_seq)) for i in range(len(prompts_))]
+    tokens = [[] for _ in prompts_]
+    logits_seen = [[] for _ in prompts_]
+    pending = [list(p) for p in prompts_]
+    done = [0] * len(prompts_)  # tokens in the cache
+    while any(len(t) < num_tokens for t in tokens):
+        chunks, owners, left = [], [], budget
+        for i, todo in enumerate(pending):
+            if len(tokens[i]) >= num_tokens or left == 0:
+                continue
+            size = min(len(todo), left, chunk_sizes[i] if chunk_sizes else len(todo))
+            left -= size
+            chunks.append(SeqChunk(i, todo[:size], done[i], tables[i], size == len(todo)))
+            owners.append(i)
+        logits = runner.step(chunks)
+        rows = iter(logits)
+        for chunk, i in zip(chunks, owners):
+            done[i] += len(chunk.token_ids)
+            pending[i] = pending[i][len(chunk.token_ids):]
+            if chunk.needs_logits:
+                row = next(rows)
+                logits_seen[i].append(row)
+                tokens[i].append(int(np.argmax(row)))
+                pending[i] = [tokens[i][-1]]
+    return tokens, logits_seen
+
+
+@pytest.fixture
+def runner_for(decoder_plans):
+    return lambda name: load_model_runner(decoder_plans[name])
