@@ -191,19 +191,38 @@ def build(model, profile_path, output, target, precision, cache_dir, no_cache, n
 @main.command()
 @click.argument("plan", type=click.Path(dir_okay=False))
 @click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False), help=".npz keyed by input name (default: random).")
-@click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False), help="Write outputs to this .npz.")
+@click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False),
+              help="Write outputs to this .npz (a decoder plan: one JSON line per request).")
 @click.option("--iterations", default=10, show_default=True, type=click.IntRange(min=1))
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, help="Seed of random inputs, or of sampling (decoder plans).")
 @click.option("--json", "as_json", is_flag=True, help="Print latency statistics as JSON.")
-def run(plan, inputs_path, outputs_path, iterations, seed, as_json):
-    """Run a plan: on given inputs or random ones, timing N iterations."""
+@click.option("--prompt", help="Decoder plans: generate from this text (through the model's chat template).")
+@click.option("--max-tokens", type=int, help="Decoder plans: most tokens to generate per request (default 128).")
+@click.option("--temperature", default=0.0, show_default=True, help="Decoder plans: 0 is greedy.")
+@click.option("--workload", type=click.Path(dir_okay=False), help="Decoder plans: a JSONL trace of requests.")
+@click.option("--num-requests", type=click.IntRange(min=1), help="Decoder plans: this many synthetic requests.")
+@click.option("--input-len", default="128", show_default=True, help="Synthetic prompt length: N or LOW:HIGH.")
+@click.option("--output-len", default="128", show_default=True, help="Synthetic output length: N or LOW:HIGH.")
+@click.option("--rate", default=float("inf"), show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Synthetic Poisson arrivals per second.")
+@click.option("--batching", type=click.Choice(["continuous", "static"]), default="continuous", show_default=True)
+@click.option("--max-num-seqs", type=click.IntRange(min=1), help="Decoder plans: most sequences per step (default: the plan's).")
+def run(plan, inputs_path, outputs_path, iterations, seed, as_json, **decode_options):
+    """Run a plan: on given inputs or random ones, timing N iterations; a decoder plan serves requests."""
     import numpy as np
+
+    if outputs_path:
+        _check_writable_output(outputs_path)
+    if _plan_kind(plan) == "decoder":
+        return _run_decoder(plan, outputs_path, seed, as_json, **decode_options)
+    given = [f"--{k.replace('_', '-')}" for k in ("prompt", "max_tokens", "workload", "num_requests", "max_num_seqs")
+             if decode_options[k] is not None]
+    if given:
+        raise BadInput(f"{plan}: {given[0]} needs a decoder plan (this one is kind '{_plan_kind(plan)}')")
 
     from .compiler.runtime.session import PlanSession
     from .compiler.runtime.feeds_io import load_feeds, random_plan_feeds, save_outputs
 
-    if outputs_path:
-        _check_writable_output(outputs_path)
     session = PlanSession(plan)
     feeds = load_feeds(inputs_path) if inputs_path else random_plan_feeds(session, seed)
     feeds = session.check_feeds(feeds, inputs_path or "random inputs")
@@ -222,6 +241,92 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json):
     for name, info in stats["outputs"].items():
         click.echo(f"output {name}: {info['dtype']} {info['shape']}")
     click.echo(f"latency over {iterations} runs: p50 {lat['p50']:.3f} ms, p90 {lat['p90']:.3f} ms, p99 {lat['p99']:.3f} ms")
+
+
+def _plan_kind(path: str) -> str | None:
+    if not _is_plan(path):
+        return None  # the plan reader says what is wrong with it
+    from .compiler.plan.format import read_plan
+
+    return read_plan(path, verify=False).meta.get("kind")
+
+
+def _load_decoder_runner(plan: str):
+    from .compiler.runtime.model_runner import load_model_runner
+
+    return load_model_runner(plan)
+
+
+def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, workload, num_requests, input_len,
+                     output_len, rate):
+    import dataclasses
+
+    from .compiler.runtime.sampler import SamplingParams
+    from .compiler.runtime.sequence import Request
+    from .compiler.runtime.workload import parse_length, parse_trace, synthetic
+
+    sources = [name for name, value in (("--prompt", prompt), ("--workload", workload), ("--num-requests", num_requests))
+               if value is not None]
+    if len(sources) != 1:
+        raise BadInput("a decoder plan takes exactly one of --prompt, --workload and --num-requests"
+                       + (f" (got {', '.join(sources)})" if sources else ""))
+    defaults = SamplingParams(max_tokens=128 if max_tokens is None else max_tokens, temperature=temperature)
+    if prompt is not None:
+        if text is None:
+            raise BadInput("--prompt needs the model's tokenizer and this plan carries none; use --workload with prompt_ids")
+        return [Request(prompt_ids=text.encode_prompt(prompt), params=dataclasses.replace(defaults, seed=seed))]
+    if workload is not None:
+        return parse_trace(workload, defaults)
+    return synthetic(num_requests, parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len"),
+                     runner.spec.vocab_size, rate, seed, runner.spec.eos_token_ids,
+                     dataclasses.replace(defaults, ignore_eos=True))
+
+
+def _run_decoder(plan, outputs_path, seed, as_json, batching, max_num_seqs, **request_options):
+    from .compiler.runtime.engine import Engine, EngineConfig
+    from .compiler.runtime.metrics import LiveDisplay, request_record
+    from .compiler.runtime.scheduler import SchedulerConfig
+    from .compiler.runtime.text import TextCodec
+
+    runner = _load_decoder_runner(plan)
+    text = TextCodec.for_runner(runner)
+    requests = _decode_requests(runner, text, seed, **request_options)
+    profile = getattr(runner, "decode_profile", None) or {}
+    max_num_seqs = max_num_seqs or profile.get("max_num_seqs", 8)
+    scheduler = SchedulerConfig(max_num_seqs, max(profile.get("max_num_batched_tokens", 2048), max_num_seqs),
+                                static_batching=batching == "static")
+    num_kv_blocks = profile.get("num_kv_blocks") if isinstance(profile.get("num_kv_blocks"), int) else None
+    is_streaming = request_options["prompt"] is not None and not as_json
+    engine = Engine(runner, EngineConfig(scheduler, num_kv_blocks, seed=seed), text,
+                    on_text=(lambda seq, piece: click.echo(piece, nl=False)) if is_streaming else None)
+    if as_json or is_streaming:
+        seqs = engine.run(requests)
+    else:
+        with LiveDisplay(stderr, len(requests), engine.clock) as display:
+            seqs = engine.run(requests, on_step=display.update)
+    if is_streaming and seqs[0].text:
+        click.echo()
+    if outputs_path:
+        _write_text_atomic(outputs_path, "".join(json.dumps(request_record(i, s)) + "\n" for i, s in enumerate(seqs)))
+    summary = {"plan": str(plan), "batching": batching, "max_num_seqs": max_num_seqs,
+               "num_kv_blocks": engine.blocks.num_blocks, **engine.summary(seqs)}
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    elif not is_streaming:
+        _print_decode_summary(summary)
+    failed = [(i, s) for i, s in enumerate(seqs) if s.error]
+    if failed:
+        raise BadInput(f"{len(failed)} of {len(seqs)} requests failed (request {failed[0][0]}: {failed[0][1].error})")
+
+
+def _print_decode_summary(s: dict) -> None:
+    def ms(key):
+        return f"p50 {s[key]['p50'] or 0:.1f} / p99 {s[key]['p99'] or 0:.1f} ms"
+    click.echo(f"{s['requests']} requests, {s['output_tokens']} output tokens in {s['duration_s']:.2f} s: "
+               f"{s['output_tok_s']:.1f} tok/s ({s['batching']} batching, up to {s['max_num_seqs']} sequences)")
+    click.echo(f"TTFT {ms('ttft_ms')}; TPOT {ms('tpot_ms')}; ITL {ms('itl_ms')}; end to end {ms('e2e_ms')}")
+    click.echo(f"preemptions {s['preemptions']}, KV waste {s['kv_waste_pct']:.1f}% of {s['num_kv_blocks']} blocks, "
+               f"prefix hits {s['prefix_hit_pct']:.1f}%, time outside the model {s['outside_model_pct']:.1f}%")
 
 
 @main.group()

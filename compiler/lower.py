@@ -11,6 +11,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from .errors import BadInput
+from .lower_fuse import fuse_program
 
 ISLAND_OP = "__island__"
 
@@ -103,6 +104,7 @@ def lower_graph(graph: gs.Graph, has_kernel: Callable[[str, str], bool], opset: 
         else:
             pending_island.append(node)
     flush()
+    steps = fuse_program(steps, weights, graph)
     program = Program(steps, weights, [value_info(t) for t in graph.inputs], [value_info(t) for t in graph.outputs],
                       opset if opset is not None else graph.opset, islands)
     return program

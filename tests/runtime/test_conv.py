@@ -66,6 +66,8 @@ TRANSPOSED = [
     ((1, 3, 4, 4), (3, 2, 3, 3), {"strides": [2, 2], "output_shape": [9, 9]}),
     ((1, 3, 4, 4), (3, 2, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
     ((1, 2, 6), (2, 3, 3), {"strides": [3], "pads": [1, 0]}),
+    ((2, 4, 3, 5), (4, 3, 2, 2), {"strides": [2, 2], "group": 2}),  # stride == kernel: patches, no col2im
+    ((2, 2, 6), (2, 3, 3), {"strides": [3]}),
 ]
 
 
@@ -75,3 +77,16 @@ def test_conv_transpose(x_shape, w_shape, attrs, rng, single_node, ort_check):
     group = attrs.get("group", 1)
     inits = {"w": rng.standard_normal(w_shape).astype(F32), "b": rng.standard_normal(w_shape[1] * group).astype(F32)}
     ort_check(single_node("ConvTranspose", {"x": x}, [("y", F32)], attrs, inits), {"x": x})
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((1, 8, 200, 200), (16, 8, 1, 1), {}),  # pointwise, output in column blocks (shared with the helper thread)
+    ((1, 24, 120, 120), (24, 1, 3, 3), {"group": 24, "pads": [1, 1, 1, 1]}),  # depthwise, many blocks
+    ((1, 16, 150, 150), (8, 16, 3, 3), {"pads": [1, 1, 1, 1]}),  # dense, chunked GEMMs
+])
+def test_large_convs_with_fused_activation(x_shape, w_shape, attrs, rng, single_node, ort_check):
+    x = rng.standard_normal(x_shape).astype(F32)
+    inits = {"w": rng.standard_normal(w_shape).astype(F32), "b": rng.standard_normal(w_shape[0]).astype(F32)}
+    model = single_node("FusedConv", {"x": x}, [("y", F32)], {**attrs, "activation": "HardSigmoid",
+                                                             "activation_params": [0.2, 0.5]}, inits, domain=MS)
+    ort_check(model, {"x": x})

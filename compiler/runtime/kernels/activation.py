@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from .common import arg, norm_axis, to_compute
-from .elementwise import erf
+from .common import arg, clip_into, norm_axis, to_compute
+from .elementwise import erf, erf_f32
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -36,7 +36,7 @@ def sigmoid(x):
 def hard_sigmoid(x, alpha=0.2, beta=0.5):
     y = np.multiply(x, alpha)
     y += beta
-    return np.clip(y, 0, 1, out=y)
+    return clip_into(y, 0.0, 1.0, y)
 
 
 def hard_swish(x):
@@ -66,6 +66,11 @@ def prelu(inputs, attrs, ctx):
 
 
 def gelu_erf(x):
+    if x.dtype == np.float32:  # x * (0.5 + 0.5 * erf(x / sqrt(2)))
+        y = erf_f32(x, 0.5, 1.0 / math.sqrt(2.0))
+        y += 0.5
+        y *= x
+        return y
     y = erf(x * (1.0 / math.sqrt(2.0)))
     y += 1.0
     y *= x
@@ -116,8 +121,36 @@ def _softmax_axis(x, attrs, ctx, default_new=-1):
     return x.reshape(math.prod(x.shape[:axis]), -1), 1, x.shape
 
 
+_EXP_CLAMP = 80.0  # exp(80) ~ 5.5e34: no float32 overflow, even summed over 6000 columns
+_FAST_LOW, _FAST_HIGH = 1e-20, 5e34  # row sums outside mean a clamped or an underflowing row
+
+
+def softmax_last(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis of float32/float64 data, as a new array; rows that are all -inf
+    give zeros. Fast path: exp without subtracting the row max (NumPy's max over a short axis costs
+    more than the whole rest), clamped at 80 so nothing overflows; when a row sum shows a clamped
+    value or an underflow, everything is redone the classic way. Row sums through einsum (per-row,
+    so batch invariant, and faster than np.add.reduce on short rows)."""
+    n = x.shape[-1]
+    rows = x.reshape(-1, n)
+    e = np.minimum(rows, _EXP_CLAMP)
+    np.exp(e, out=e)
+    total = np.einsum("ij->i", e)
+    if total.size and not (total.min() >= _FAST_LOW and total.max() < _FAST_HIGH):
+        peak = np.maximum.reduce(rows, axis=-1, keepdims=True)
+        np.maximum(peak, np.finfo(e.dtype).min, out=peak)  # all -inf rows: exp gives zeros, not NaN
+        np.subtract(rows, peak, out=e)
+        np.exp(e, out=e)
+        total = np.einsum("ij->i", e)
+        np.maximum(total, np.finfo(e.dtype).tiny, out=total)
+    e /= total.reshape(-1, 1)
+    return e.reshape(x.shape)
+
+
 def softmax(inputs, attrs, ctx):
     x, axis, shape = _softmax_axis(to_compute(inputs[0]), attrs, ctx)
+    if axis == x.ndim - 1 and x.dtype in (np.float32, np.float64) and x.size:
+        return [softmax_last(x).reshape(shape)]
     e = np.subtract(x, np.maximum.reduce(x, axis=axis, keepdims=True))
     np.exp(e, out=e)
     e /= np.add.reduce(e, axis=axis, keepdims=True)
@@ -146,7 +179,12 @@ def fast_gelu(inputs, attrs, ctx):
 
 
 def bias_gelu(inputs, attrs, ctx):
-    return [gelu_erf(inputs[0] + inputs[1]).astype(inputs[0].dtype, copy=False)]
+    x = inputs[0] + inputs[1]
+    if x.dtype == np.float32:  # x * (0.5 + 0.5 * erf(x / sqrt(2))), the last product in place
+        y = erf_f32(x, 0.5, 1.0 / math.sqrt(2.0))
+        y += 0.5
+        return [np.multiply(x, y, out=x)]
+    return [gelu_erf(x).astype(inputs[0].dtype, copy=False)]
 
 
 def swiglu(inputs, attrs, ctx):

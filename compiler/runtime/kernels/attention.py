@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .activation import softmax_last
 from .common import arg, is_exotic, np_dtype
 
 
@@ -22,7 +23,9 @@ def _merge(y_BNSH: np.ndarray) -> np.ndarray:
 
 
 def softmax_rows(scores: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis in place; rows that are all -inf give zeros, not NaN."""
+    """Softmax over the last axis (float data; may reuse `scores`); rows that are all -inf give zeros, not NaN."""
+    if scores.dtype in (np.float32, np.float64) and scores.size:
+        return softmax_last(scores)
     peak = scores.max(axis=-1, keepdims=True)
     masked = np.isneginf(peak)
     if masked.any():
@@ -144,28 +147,55 @@ def multi_head_attention(inputs, attrs, ctx):
         keep = padding.astype(bool).reshape((padding.shape[0], 1) + (1,) * (3 - padding.ndim) + padding.shape[1:])
         scores = np.where(keep, scores, filler)
     if attn_bias is not None:
-        scores += attn_bias
+        if attn_bias.ndim <= scores.ndim and all(a == 1 or a == s for a, s in zip(attn_bias.shape[::-1], scores.shape[::-1])):
+            scores += attn_bias
+        else:
+            scores = scores + attn_bias
     if attrs.get("unidirectional", 0):
         scores = np.where(np.tril(np.ones((s_len, t_len), bool), t_len - s_len), scores, filler)
     y = np.matmul(softmax_rows(scores), v)
     return [_merge(y), k, v]
 
 
-def _rotate(x_BSNH: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool, rot_dim: int) -> np.ndarray:
-    """cos/sin: [B or 1, S, rot_dim/2]."""
-    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
-    out = x_BSNH.copy()
-    part = x_BSNH[..., :rot_dim]
-    x1, x2 = (part[..., 0::2], part[..., 1::2]) if interleaved else (part[..., :rot_dim // 2], part[..., rot_dim // 2:])
-    real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
-    if interleaved:
-        out[..., 0:rot_dim:2], out[..., 1:rot_dim:2] = real, imag
+def _rotate(x_BSNH: np.ndarray, cos_full: np.ndarray, sin_signed: np.ndarray, interleaved: bool,
+            rot_dim: int) -> np.ndarray:
+    """x * cos + rotate_pairs(x) * sin over the first rot_dim features of each head, as whole-tensor
+    products: cos_full [B or 1, S, rot_dim] holds each cos twice, sin_signed the matching -sin / +sin,
+    and the pair swap is a reversed-axis view."""
+    b, s, n, h = x_BSNH.shape
+    half = rot_dim // 2
+    part = x_BSNH if rot_dim == h else x_BSNH[..., :rot_dim]
+    if rot_dim == h:
+        out = np.multiply(part, cos_full[:, :, None, :])
+        rotated = out
     else:
-        out[..., :rot_dim // 2], out[..., rot_dim // 2:rot_dim] = real, imag
+        out = np.empty(x_BSNH.shape, dtype=x_BSNH.dtype)
+        rotated = out[..., :rot_dim]
+        np.multiply(part, cos_full[:, :, None, :], out=rotated)
+        out[..., rot_dim:] = x_BSNH[..., rot_dim:]
+    pairs = (2, half) if not interleaved else (half, 2)
+    swapped = part.reshape(b, s, n, *pairs)[..., ::-1, :] if not interleaved else part.reshape(b, s, n, *pairs)[..., ::-1]
+    product = np.multiply(swapped, sin_signed.reshape(sin_signed.shape[0], s, 1, *pairs))
+    rotated += product.reshape(b, s, n, rot_dim)
     return out
 
 
-def _rotary(x, cos_cache, sin_cache, positions, attrs):
+def _rotary_tables(cos_cache, sin_cache, half: int, interleaved: bool, dtype, memo: dict | None):
+    """(cos twice, -sin / +sin) tables over the caches' positions, kept while the same caches come back."""
+    cached = memo.get("tables") if memo is not None else None
+    if cached is not None and cached[0] is cos_cache and cached[1] is sin_cache and cached[2] == (half, interleaved, dtype):
+        return cached[3]
+    cos, sin = cos_cache[..., :half].astype(dtype, copy=False), sin_cache[..., :half].astype(dtype, copy=False)
+    if interleaved:
+        tables = (np.repeat(cos, 2, axis=-1), np.stack([-sin, sin], axis=-1).reshape(*sin.shape[:-1], 2 * half))
+    else:
+        tables = (np.concatenate([cos, cos], axis=-1), np.concatenate([-sin, sin], axis=-1))
+    if memo is not None:
+        memo["tables"] = (cos_cache, sin_cache, (half, interleaved, dtype), tables)
+    return tables
+
+
+def _rotary(x, cos_cache, sin_cache, positions, attrs, memo=None):
     dtype = x.dtype
     work = x.astype(np.float32) if is_exotic(dtype) else x
     if work.ndim == 4:  # [B, N, S, H]
@@ -175,18 +205,20 @@ def _rotary(x, cos_cache, sin_cache, positions, attrs):
         heads = attrs.get("num_heads") or hidden // (2 * cos_cache.shape[-1])
         x_BSNH = work.reshape(b, s, heads, hidden // heads)
     rot_dim = attrs.get("rotary_embedding_dim", 0) or x_BSNH.shape[-1]
+    interleaved = bool(attrs.get("interleaved", 0))
+    cos_full, sin_signed = _rotary_tables(cos_cache, sin_cache, rot_dim // 2, interleaved, work.dtype, memo)
     if positions is not None:
-        cos, sin = cos_cache[positions], sin_cache[positions]
+        cos_full, sin_signed = cos_full[positions], sin_signed[positions]
+    y = _rotate(x_BSNH, cos_full, sin_signed, interleaved, rot_dim)
+    if work.ndim == 4:
+        y = np.ascontiguousarray(y.transpose(0, 2, 1, 3))
     else:
-        cos, sin = cos_cache, sin_cache
-    cos, sin = cos[..., :rot_dim // 2].astype(work.dtype, copy=False), sin[..., :rot_dim // 2].astype(work.dtype, copy=False)
-    y = _rotate(x_BSNH, cos, sin, bool(attrs.get("interleaved", 0)), rot_dim)
-    y = y.transpose(0, 2, 1, 3) if work.ndim == 4 else y.reshape(work.shape)
-    return [np.ascontiguousarray(y).astype(dtype, copy=False)]
+        y = y.reshape(work.shape)
+    return [y.astype(dtype, copy=False)]
 
 
 def onnx_rotary(inputs, attrs, ctx):
-    return _rotary(inputs[0], inputs[1], inputs[2], arg(inputs, 3), attrs)
+    return _rotary(inputs[0], inputs[1], inputs[2], arg(inputs, 3), attrs, ctx.memo if ctx is not None else None)
 
 
 def contrib_rotary(inputs, attrs, ctx):
@@ -194,7 +226,8 @@ def contrib_rotary(inputs, attrs, ctx):
     seq = x.shape[2] if x.ndim == 4 else x.shape[1]
     if positions.size == 1:  # a scalar start offset
         positions = int(positions.reshape(-1)[0]) + np.arange(seq)[None, :]
-    return _rotary(x, inputs[2], inputs[3], positions.astype(np.int64), attrs)
+    return _rotary(x, inputs[2], inputs[3], positions.astype(np.int64, copy=False), attrs,
+                   ctx.memo if ctx is not None else None)
 
 
 KERNELS = {

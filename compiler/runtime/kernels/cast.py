@@ -10,9 +10,14 @@ from .common import is_exotic, np_dtype
 _SATURATING = {"float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"}
 
 
+_PLAIN_KINDS = "biuf"  # bool, integers and IEEE floats: a plain astype
+
+
 def cast_array(x: np.ndarray, dtype: np.dtype, saturate: bool = True) -> np.ndarray:
     if x.dtype == dtype:
         return x
+    if x.dtype.kind in _PLAIN_KINDS and dtype.kind in _PLAIN_KINDS:
+        return x.astype(dtype)
     if dtype == object:
         return _to_strings(x)
     if x.dtype == object:

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..gemm_impls import blas_threads, product_into
 from . import im2col as phased
-from .common import arg
+from .common import arg, clip_into, parallel_for
 
 
 @dataclass(frozen=True)
@@ -98,20 +99,139 @@ def depthwise(xp: np.ndarray, w: np.ndarray, geo: Geometry) -> np.ndarray:
     return acc
 
 
-def conv_forward(x: np.ndarray, w: np.ndarray, bias, attrs, residual=None, memo: dict | None = None) -> np.ndarray:
-    n, c = x.shape[:2]
-    m, group = w.shape[0], attrs.get("group", 1)
-    kernel = attrs.get("kernel_shape") or w.shape[2:]
-    geo = geometry(x.shape[2:], kernel, attrs)
-    is_depthwise = group == c == m and w.shape[1] == 1 and group > 1
+POINTWISE, PHASED_DEPTHWISE, PHASED_DENSE, GENERIC, SMALL_DENSE = range(5)
+
+
+# BLAS runs on one thread inside convolutions. The fast paths share their blocks with a helper
+# thread themselves (common.parallel_for); the others, below this many multiply-adds per image,
+# are too small for BLAS threads: OpenBLAS threads anything above 262K, and on a 2-core machine
+# the hand-off to its second thread costs more than it gains at these sizes, and when another
+# process keeps that core busy a threaded call stalls for scheduler ticks (measured 30x slower).
+BLAS_THREADS_MIN_MACS = 1 << 24
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """What depends on the shapes only, decided once per input shape (kept in the step's memo)."""
+    kind: int
+    geo: Geometry
+    kernel: tuple
+    group: int
+    out_shape: tuple
+    threads: int | None = None  # BLAS thread cap for this convolution (None: the library's choice)
+
+
+def conv_plan(x_shape, x_dtype, w_shape, attrs, memo: dict | None) -> ConvPlan:
+    key = ("conv-plan", x_shape, x_dtype, w_shape)
+    plan = memo.get(key) if memo is not None else None
+    if plan is not None:
+        return plan
+    c, m, group = x_shape[1], w_shape[0], attrs.get("group", 1)
+    kernel = tuple(attrs.get("kernel_shape") or w_shape[2:])
+    geo = geometry(x_shape[2:], kernel, attrs)
+    is_depthwise = group == c == m and w_shape[1] == 1 and group > 1
     pointwise = all(k == 1 for k in kernel) and all(s == 1 for s in geo.strides) and not any(geo.pads_begin + geo.pads_end)
-    if len(kernel) == 2 and all(d == 1 for d in geo.dilations) and x.dtype.kind == "f" and (
-            is_depthwise or (group == 1 and not pointwise)):
-        fast = phased.depthwise2d if is_depthwise else phased.dense2d
-        y = fast(x, w, bias, geo.strides, geo.pads_begin, geo.pads_end, geo.out, {} if memo is None else memo)
-        if residual is not None:
-            y += residual
-        return y
+    if pointwise and group == 1:
+        kind = POINTWISE
+    elif len(kernel) == 2 and x_dtype.kind == "f" and group == 1 and any(s > 1 for s in geo.strides) and \
+            phased.small_enough(x_shape, kernel, geo, x_dtype.itemsize):
+        kind = SMALL_DENSE  # strided and small: one windows copy beats the per-phase copies
+    elif len(kernel) == 2 and all(d == 1 for d in geo.dilations) and x_dtype.kind == "f" and (is_depthwise or group == 1):
+        kind = PHASED_DEPTHWISE if is_depthwise else PHASED_DENSE
+    else:
+        kind = GENERIC
+    macs = m * (c // max(group, 1)) * math.prod(kernel) * math.prod(geo.out)
+    shared = kind in (POINTWISE, PHASED_DEPTHWISE, PHASED_DENSE)  # these share their blocks with a helper thread
+    plan = ConvPlan(kind, geo, kernel, group, (x_shape[0], m) + geo.out,
+                    1 if shared or macs < BLAS_THREADS_MIN_MACS else None)
+    if memo is not None:
+        if len(memo) > 64:
+            memo.clear()
+        memo[key] = plan
+    return plan
+
+
+def conv_forward(x: np.ndarray, w: np.ndarray, bias, attrs, residual=None, memo: dict | None = None,
+                 epilogue=None) -> np.ndarray:
+    """`epilogue(block)`: an in-place elementwise function (an activation) the fast paths apply to
+    each block of output right after computing it, while it is in cache; the others after the
+    whole output (and after the residual)."""
+    plan = conv_plan(x.shape, x.dtype, w.shape, attrs, memo)
+    if plan.threads is not None:
+        with blas_threads(plan.threads):
+            return _conv_forward(plan, x, w, bias, residual, memo, epilogue)
+    return _conv_forward(plan, x, w, bias, residual, memo, epilogue)
+
+
+def _conv_forward(plan: ConvPlan, x, w, bias, residual, memo, epilogue) -> np.ndarray:
+    late = epilogue if residual is not None else None
+    early = epilogue if residual is None else None
+    if plan.kind == POINTWISE:
+        y = _pointwise(x, w, bias, early)
+    elif plan.kind == SMALL_DENSE:
+        y = phased.small_conv(x, w, bias, plan.kernel, plan.geo, {} if memo is None else memo)
+        late = epilogue
+    elif plan.kind != GENERIC:
+        geo = plan.geo
+        fast = phased.depthwise2d if plan.kind == PHASED_DEPTHWISE else phased.dense2d
+        y = fast(x, w, bias, geo.strides, geo.pads_begin, geo.pads_end, geo.out, {} if memo is None else memo, early)
+    else:
+        y = _generic(x, w, bias, plan)
+        late = epilogue
+    if residual is not None:
+        y += residual
+    if late is not None:
+        late(y)
+    return y
+
+
+POINTWISE_BLOCK_BYTES = 1 << 20  # pointwise output block: GEMM, bias and activation while it is in cache
+
+
+def _pointwise(x: np.ndarray, w: np.ndarray, bias, epilogue=None) -> np.ndarray:
+    """1x1, stride 1, no pads, one group: a GEMM per image, in column blocks when the output is
+    large (so bias and activation run in cache); with one pixel per image (squeeze-and-excitation
+    blocks) one GEMM over all images."""
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    pixels = x.size // (n * c) if n * c else 0
+    weights = w.reshape(m, c)
+    if pixels == 1:
+        y = np.matmul(x.reshape(n, c), weights.T)
+        if bias is not None:
+            y += bias
+        if epilogue is not None:
+            epilogue(y)
+        return y.reshape((n, m) + x.shape[2:])
+    column = bias.reshape(m, 1) if bias is not None else None
+    width = max(256, POINTWISE_BLOCK_BYTES // max(m * x.itemsize, 1))
+    if width >= pixels:
+        y = np.matmul(weights, x.reshape(n, c, pixels) if n > 1 else x.reshape(c, pixels))
+        if column is not None:
+            y += column
+        if epilogue is not None:
+            epilogue(y)
+        return y.reshape((n, m) + x.shape[2:])
+    y = np.empty((n, m, pixels), dtype=np.result_type(x.dtype, w.dtype))
+    x3 = x.reshape(n, c, pixels)
+    items = [(image, start) for image in range(n) for start in range(0, pixels, width)]
+
+    def run(index):
+        image, start = items[index]
+        block = y[image, :, start:start + width]
+        np.matmul(weights, x3[image, :, start:start + width], out=block)
+        if column is not None:
+            block += column
+        if epilogue is not None:
+            epilogue(block)
+
+    parallel_for(len(items), run, x.nbytes + y.nbytes)
+    return y.reshape((n, m) + x.shape[2:])
+
+
+def _generic(x: np.ndarray, w: np.ndarray, bias, plan: ConvPlan) -> np.ndarray:
+    n, c = x.shape[:2]
+    m, group, kernel, geo = w.shape[0], plan.group, plan.kernel, plan.geo
     xp = padded(x, geo.pads_begin, geo.pads_end)
     if group == c and w.shape[1] == 1 and group > 1:
         y = depthwise(xp, w, geo)
@@ -129,8 +249,6 @@ def conv_forward(x: np.ndarray, w: np.ndarray, bias, attrs, residual=None, memo:
         y = y.reshape((n, m) + geo.out)
     if bias is not None:
         y += bias.reshape((m,) + (1,) * len(geo.out))
-    if residual is not None:
-        y += residual
     return y
 
 
@@ -157,18 +275,25 @@ def apply_activation(y: np.ndarray, name: str | None, params) -> np.ndarray:
         alpha = params[0] if params else 0.01
         return np.maximum(y, y * alpha, out=y) if 0 <= alpha <= 1 else np.where(y >= 0, y, y * alpha)
     if name == "Clip":
-        return np.clip(y, params[0], params[1], out=y)
+        return clip_into(y, params[0], params[1], y)
     if name == "HardSigmoid":
         alpha, beta = (params or [0.2, 0.5])[:2]
         y *= alpha
         y += beta
-        return np.clip(y, 0, 1, out=y)
+        return clip_into(y, 0.0, 1.0, y)
     raise NotImplementedError(f"fused activation {name}")
 
 
+IN_PLACE_ACTIVATIONS = {"Relu", "Tanh", "Sigmoid", "Clip", "HardSigmoid"}
+
+
 def fused_conv(inputs, attrs, ctx):
-    y = conv_forward(inputs[0], inputs[1], arg(inputs, 2), attrs, residual=arg(inputs, 3), memo=ctx.memo)
-    return [apply_activation(y, attrs.get("activation"), attrs.get("activation_params"))]
+    name, params = attrs.get("activation"), attrs.get("activation_params")
+    in_place = name in IN_PLACE_ACTIVATIONS or (name == "LeakyRelu" and 0 <= (params[0] if params else 0.01) <= 1)
+    epilogue = (lambda block: apply_activation(block, name, params)) if in_place else None
+    y = conv_forward(inputs[0], inputs[1], arg(inputs, 2), attrs, residual=arg(inputs, 3), memo=ctx.memo,
+                     epilogue=epilogue)
+    return [y if in_place else apply_activation(y, name, params)]
 
 
 def conv_transpose(inputs, attrs, ctx):
@@ -191,6 +316,9 @@ def conv_transpose(inputs, attrs, ctx):
         pads = [t // 2 if upper else t - t // 2 for t in total] + [t - t // 2 if upper else t // 2 for t in total]
     pads = pads or [0] * (2 * nd)
     target = target or [f - b - e for f, b, e in zip(full, pads[:nd], pads[nd:])]
+    if (tuple(strides) == kernel and all(d == 1 for d in dilations) and not any(pads) and not any(extra)
+            and list(target) == list(full)):
+        return [_unpatchify(x, w, bias, group, kernel)]
     # GEMM: (Mg*K, Cg) @ (Cg, HW) per group, then scatter-add every tap into the output (col2im).
     cg = c // group
     weights = w.reshape(group, cg, outs * math.prod(kernel))
@@ -208,6 +336,30 @@ def conv_transpose(inputs, attrs, ctx):
     if bias is not None:
         y = y + bias.reshape((-1,) + (1,) * nd)
     return [np.ascontiguousarray(y)]
+
+
+def _unpatchify(x, w, bias, group: int, kernel: tuple) -> np.ndarray:
+    """ConvTranspose with stride == kernel and no padding: taps never overlap, so every input pixel
+    writes its own kernel-sized patch: one GEMM per group and one transposing copy, no col2im sums."""
+    n, c = x.shape[:2]
+    spatial, nd = x.shape[2:], len(kernel)
+    outs, cg = w.shape[1], c // group
+    taps = math.prod(kernel)
+    cols = np.empty((n, group, outs * taps, math.prod(spatial)), dtype=x.dtype)
+    xs = x.reshape(n, group, cg, -1)
+    weights = w.reshape(group, cg, outs * taps)
+    for image in range(n):
+        for g in range(group):
+            product_into(weights[g].T, xs[image, g], out=cols[image, g])
+    if bias is not None:
+        cols.reshape(n, group * outs, taps * math.prod(spatial))[...] += bias.reshape(group * outs, 1)
+    # (n, M, k1..kd, s1..sd) -> (n, M, s1, k1, ..., sd, kd)
+    patches = cols.reshape((n, group * outs) + kernel + tuple(spatial))
+    order = (0, 1) + tuple(i for axis in range(nd) for i in (2 + nd + axis, 2 + axis))
+    y = np.empty((n, group * outs) + tuple(s * k for s, k in zip(spatial, kernel)), dtype=x.dtype)
+    np.copyto(y.reshape((n, group * outs) + tuple(d for s, k in zip(spatial, kernel) for d in (s, k))),
+              patches.transpose(order))
+    return y
 
 
 KERNELS = {

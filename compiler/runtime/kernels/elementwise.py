@@ -92,7 +92,40 @@ _TAYLOR = tuple((-1) ** n / (math_factorial * (2 * n + 1)) for n, math_factorial
                 enumerate([1, 1, 2, 6, 24, 120, 720, 5040, 40320, 362880, 3628800]))
 
 
+# float32 erf: a rational fit x * P(x^2) / Q(x^2) on [-4, 4] (erf is +-1 in float32 beyond), as in
+# Eigen / XLA: 4.5e-7 absolute error at most, in ~25 NumPy passes instead of ~50.
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+          -1.42647390514189e-02)
+
+
+def erf_f32(x: np.ndarray, scale: float = 1.0, x_scale: float = 1.0) -> np.ndarray:
+    """scale * erf(x_scale * x) for float32 data, as a new array."""
+    z = np.multiply(x, x_scale) if x_scale != 1.0 else np.copy(x)
+    np.maximum(z, -4.0, out=z)  # NaN stays NaN
+    np.minimum(z, 4.0, out=z)
+    z2 = np.square(z)
+    p = np.multiply(z2, _ERF_P[0] * scale)
+    p += _ERF_P[1] * scale
+    for c in _ERF_P[2:]:
+        p *= z2
+        p += c * scale
+    p *= z
+    q = np.multiply(z2, _ERF_Q[0], out=z)  # z is spent
+    q += _ERF_Q[1]
+    for c in _ERF_Q[2:]:
+        q *= z2
+        q += c
+    p /= q
+    return p
+
+
 def erf(x: np.ndarray) -> np.ndarray:
+    if x.dtype == np.float32:
+        return erf_f32(x)
+    if x.dtype == np.float16:
+        return erf_f32(x.astype(np.float32)).astype(np.float16)
     dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
     work = x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
     z = np.abs(work)

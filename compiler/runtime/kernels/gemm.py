@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..gemm_impls import product_into
 from .common import arg, is_exotic, to_compute
 from .conv import apply_activation
 
@@ -15,9 +16,14 @@ def _into(ctx, shape, dtype):
 
 
 def product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """a @ b; a stack of rows times one 2-D matrix is a single BLAS call on (M*batch, K)."""
-    if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
-        return np.matmul(a.reshape(-1, a.shape[-1]), b).reshape(a.shape[:-1] + (b.shape[1],))
+    """a @ b; a stack of rows times one 2-D matrix is a single BLAS call on (M*batch, K), run by
+    gemm_impls.product_into (one BLAS thread, large ones shared with the helper thread)."""
+    if b.ndim == 2 and a.ndim >= 2 and a.dtype == b.dtype and a.dtype.kind == "f":
+        if a.ndim == 2:
+            return product_into(a, b)
+        if a.flags.c_contiguous or a.size == a.shape[-2] * a.shape[-1]:  # rows stack, or one matrix (a view)
+            rows = a.reshape(-1, a.shape[-1]) if a.flags.c_contiguous else a.reshape(a.shape[-2:])
+            return product_into(rows, b).reshape(a.shape[:-1] + (b.shape[1],))
     return np.matmul(a, b)
 
 
@@ -65,7 +71,7 @@ def gemm_forward(inputs, attrs) -> np.ndarray:
         a = a.T
     if attrs.get("transB", 0):
         b = b.T
-    y = np.matmul(a, b)
+    y = product(a, b)
     alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
     if alpha != 1.0:
         y *= np.asarray(alpha, dtype=y.dtype)

@@ -18,12 +18,30 @@ memo so repeated runs skip that Python work.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .common import parallel_for
+
+KEEP_BYTES = 1 << 23  # phase planes up to this size stay allocated between runs (per step)
 CACHE_BYTES = 1 << 20  # im2col block (bytes) kept in cache between its copy and its BLAS call (tuned on 2 cores)
 MIN_GEMM_WIDTH = 4096  # dense convs: narrower GEMMs lose more to BLAS overheads than cache misses cost
+
+
+_POOL = threading.local()
+
+
+def pooled(name: str, size: int, dtype) -> np.ndarray:
+    """A flat scratch buffer of at least `size` elements, shared by every kernel call of the thread
+    that asks for the same name (calls run one after the other); it grows, never shrinks."""
+    buffers = _POOL.__dict__.setdefault("buffers", {})
+    key = (name, np.dtype(dtype))
+    buffer = buffers.get(key)
+    if buffer is None or buffer.size < size:
+        buffer = buffers[key] = np.empty(max(size, 1), dtype)
+    return buffer
 
 
 class Layout:
@@ -48,6 +66,9 @@ class Layout:
                 self.groups.append((ph * sw + pw, len(rows_k), len(cols_k)))
                 self.order += [r * kw + q for r in rows_k for q in cols_k]
         self.is_natural_order = self.order == list(range(kh * kw))
+        self._data = None  # the kept phase planes (see `planes`)
+        self._views: dict = {}  # column copies over the kept planes: chunk -> (scratch, (columns, [(target, view)]))
+        self._fill_targets: list = []
         self.fills = []  # (phase, target rows, target cols, source rows, source cols)
         for ph in range(sh):
             for pw in range(sw):
@@ -60,30 +81,62 @@ class Layout:
                                        slice(i0, i0 + (rows - 1) * sh + 1, sh), slice(j0, j0 + (cols - 1) * sw + 1, sw)))
 
     def planes(self, x: np.ndarray) -> np.ndarray:
+        """The phase planes of x, one row per (image, channel). Up to KEEP_BYTES they live in a
+        buffer kept between runs: its padding and slack are zeroed once and never written, so a run
+        only copies the interior in, and the column views over it are built once (see `columns`)."""
         n, c, h, w = x.shape
-        data = np.zeros((self.num_phases, n * c, self.plane + self.slack), dtype=x.dtype)
+        shape = (self.num_phases, n * c, self.plane + self.slack)
+        keep = math.prod(shape) * x.itemsize <= KEEP_BYTES
+        data = self._data if keep and self._data is not None and self._data.dtype == x.dtype else None
+        if data is None:
+            data = np.zeros(shape, dtype=x.dtype)
+            self._views.clear()
+            self._fill_targets = [(data[phase, :, :self.plane].reshape(n * c, self.rows, self.cols)[:, rows, cols],
+                                   (slice(None), src_rows, src_cols)) for phase, rows, cols, src_rows, src_cols in self.fills]
+            self._data = data if keep else None
         source = x.reshape(n * c, h, w)
-        for phase, rows, cols, src_rows, src_cols in self.fills:
-            target = data[phase, :, :self.plane].reshape(n * c, self.rows, self.cols)
-            target[:, rows, cols] = source[:, src_rows, src_cols]
+        for target, index in self._fill_targets:
+            np.copyto(target, source[index])
         return data
 
     def columns(self, data, scratch: np.ndarray, channels: slice, start: int, stop: int, ones: bool) -> np.ndarray:
         """(b, taps [+ 1], stop - start) columns of `channels` for wide positions [start, stop), in
         scratch; with `ones`, a last row of ones carries the bias through the BLAS call."""
+        key = (channels.start, channels.stop, start, stop, ones, threading.get_ident())
+        cached = self._views.get(key) if data is self._data else None
+        if cached is None or cached[0] is not scratch:
+            cached = (scratch, self._column_views(data, scratch, channels, start, stop, ones))
+            if data is self._data:
+                self._views[key] = cached
+        out, copies = cached[1]
+        if ones:  # the pooled scratch is shared with other steps: the row of ones is rewritten every call
+            out[:, -1] = 1
+        for target, view in copies:
+            np.copyto(target, view)
+        return out
+
+    def _column_views(self, data, scratch, channels: slice, start: int, stop: int, ones: bool):
         b, width = channels.stop - channels.start, stop - start
         rows = len(self.order) + ones
         out = scratch[:b * rows * width].reshape(b, rows, width)
-        if ones:
-            out[:, -1] = 1
-        offset = 0
+        copies, offset = [], 0
         for phase, taps_h, taps_w in self.groups:
             plane = data[phase, channels, start:]
             s_c, s_e = plane.strides
             view = as_strided(plane, (b, taps_h, taps_w, width), (s_c, self.cols * s_e, s_e, s_e))
-            np.copyto(out[:, offset:offset + taps_h * taps_w].reshape(b, taps_h, taps_w, width), view)
+            copies.append((out[:, offset:offset + taps_h * taps_w].reshape(b, taps_h, taps_w, width), view))
             offset += taps_h * taps_w
-        return out
+        return out, copies
+
+    def scratch(self, size: int, dtype) -> np.ndarray:
+        """A buffer for columns (it never leaves the kernel), from the thread's pool."""
+        return pooled("columns", size, dtype)
+
+    def wide_buffer(self, shape, dtype) -> np.ndarray:
+        """The wide output rows: a pooled buffer when `crop` copies out of it, else the fresh output."""
+        if self.cols == self.out_w:
+            return np.empty(shape, dtype)
+        return pooled("wide", math.prod(shape), dtype)[:math.prod(shape)].reshape(shape)
 
     def crop(self, wide: np.ndarray, n: int, channels: int) -> np.ndarray:
         """(n*channels, L) wide rows -> (n, channels, out_h, out_w)."""
@@ -95,10 +148,11 @@ class Layout:
 
     def reordered(self, w: np.ndarray, bias, memo: dict, depthwise: bool) -> np.ndarray:
         """Weights as (N*C, 1, taps [+ bias]) for depthwise, (M, C*taps [+ bias]) for dense; cached
-        while the same weight and bias arrays come back."""
+        while the same weight and bias arrays (and batch size) come back."""
+        tiles = self.images if depthwise else 1
         cached = memo.get("weights")
-        if cached is not None and cached[0] is w and cached[1] is bias:
-            return cached[2]
+        if cached is not None and cached[0] is w and cached[1] is bias and cached[2] == tiles:
+            return cached[3]
         m = w.shape[0]
         taps = w.reshape(m, w.shape[1], -1)
         if not self.is_natural_order:
@@ -108,9 +162,9 @@ class Layout:
             taps = np.concatenate([taps, bias.reshape(m, 1).astype(taps.dtype)], axis=1)
         if depthwise:
             taps = taps.reshape(m, 1, -1)
-            taps = np.tile(taps, (self.images, 1, 1)) if self.images > 1 else taps
+            taps = np.tile(taps, (tiles, 1, 1)) if tiles > 1 else taps
         result = np.ascontiguousarray(taps)
-        memo["weights"] = (w, bias, result)
+        memo["weights"] = (w, bias, tiles, result)
         return result
 
 
@@ -129,8 +183,10 @@ def _chunks(total: int, size: int):
         yield start, min(start + size, total)
 
 
-def depthwise2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict) -> np.ndarray:
-    """One channel per group (w: (C, 1, kh, kw)), dilation 1."""
+def depthwise2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict, epilogue=None) -> np.ndarray:
+    """One channel per group (w: (C, 1, kh, kw)), dilation 1. `epilogue(block)`, when given, runs in
+    place on each (channels, 1, positions) block of wide output rows right after its product, while
+    it is in cache (an activation). Blocks are shared with a helper thread (parallel_for)."""
     n, c = x.shape[:2]
     layout = layout_for(memo, x.shape, w.shape[2:], strides, pads_begin, pads_end, out)
     data = layout.planes(x)
@@ -140,18 +196,24 @@ def depthwise2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict) -> n
     budget = CACHE_BYTES // (taps * x.itemsize)  # channel-positions per block
     width = min(layout.length, max(budget, 64))
     block = max(1, min(n * c, budget // width))
-    scratch = np.empty(block * taps * width, dtype=x.dtype)
-    wide = np.empty((n * c, 1, layout.length), dtype=x.dtype)
-    for first, last in _chunks(n * c, block):
-        channels = slice(first, last)
-        for start, stop in _chunks(layout.length, width):
-            np.matmul(weights[channels], layout.columns(data, scratch, channels, start, stop, ones),
-                      out=wide[channels, :, start:stop])
+    wide = layout.wide_buffer((n * c, 1, layout.length), x.dtype)
+    items = [(slice(first, last), start, stop) for first, last in _chunks(n * c, block)
+             for start, stop in _chunks(layout.length, width)]
+
+    def run(index):
+        channels, start, stop = items[index]
+        target = wide[channels, :, start:stop]
+        scratch = layout.scratch(block * taps * width, x.dtype)
+        np.matmul(weights[channels], layout.columns(data, scratch, channels, start, stop, ones), out=target)
+        if epilogue is not None:
+            epilogue(target)
+
+    parallel_for(len(items), run, x.nbytes * taps)
     return layout.crop(wide, n, c)
 
 
-def dense2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict) -> np.ndarray:
-    """Group 1, dilation 1."""
+def dense2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict, epilogue=None) -> np.ndarray:
+    """Group 1, dilation 1. `epilogue(block)` as for depthwise2d, on (M, positions) blocks."""
     n, c = x.shape[:2]
     m = w.shape[0]
     layout = layout_for(memo, x.shape, w.shape[2:], strides, pads_begin, pads_end, out)
@@ -161,26 +223,78 @@ def dense2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict) -> np.nd
     taps = len(layout.order)
     rows = c * taps
     if n * rows * layout.length * x.itemsize <= 4 * CACHE_BYTES:  # small: all images, one call
-        scratch = np.empty(n * rows * layout.length, dtype=x.dtype)
+        scratch = layout.scratch(n * rows * layout.length, x.dtype)
         cols = layout.columns(data, scratch, slice(0, n * c), 0, layout.length, False).reshape(n, rows, layout.length)
         wide = np.matmul(weights[:, :rows], cols)
         if ones:
             wide += bias.reshape(1, m, 1)
+        if epilogue is not None:
+            epilogue(wide)
         return layout.crop(wide.reshape(n * m, -1), n, m)
     width = min(layout.length, max(MIN_GEMM_WIDTH, 16 * CACHE_BYTES // (rows * x.itemsize)))
-    scratch = np.empty((rows + 1) * width, dtype=x.dtype)
-    wide = np.empty((n, m, layout.length), dtype=x.dtype)
-    part = np.empty((m, width), dtype=x.dtype)
-    for image in range(n):
-        channels = slice(image * c, (image + 1) * c)
-        for start, stop in _chunks(layout.length, width):
-            cols = layout.columns(data, scratch, channels, start, stop, False).reshape(rows, stop - start)
-            if ones:  # the bias row: `columns` filled rows [0, rows) of this contiguous block
-                cols = scratch[:(rows + 1) * (stop - start)].reshape(rows + 1, stop - start)
-                cols[rows] = 1
-            if stop - start == width:
-                np.matmul(weights, cols, out=part)
-                wide[image, :, start:stop] = part
-            else:
-                wide[image, :, start:stop] = weights @ cols
+    wide = layout.wide_buffer((n, m, layout.length), x.dtype)
+    items = [(image, start, stop) for image in range(n) for start, stop in _chunks(layout.length, width)]
+
+    def run(index):
+        image, start, stop = items[index]
+        scratch = layout.scratch((rows + 1) * width, x.dtype)
+        cols = layout.columns(data, scratch, slice(image * c, (image + 1) * c), start, stop, False).reshape(rows, stop - start)
+        if ones:  # the bias row: `columns` filled rows [0, rows) of this contiguous block
+            cols = scratch[:(rows + 1) * (stop - start)].reshape(rows + 1, stop - start)
+            cols[rows] = 1
+        target = wide[image, :, start:stop]
+        np.matmul(weights, cols, out=target)  # unit-stride rows: BLAS writes the slice with ldc = L
+        if epilogue is not None:
+            epilogue(target)
+
+    parallel_for(len(items), run, n * rows * layout.length * x.itemsize)
     return layout.crop(wide.reshape(n * m, -1), n, m)
+
+
+SMALL_BYTES = 1 << 21  # strided convolutions with columns up to this size: one whole-tensor copy
+
+
+class SmallConv:
+    """Whole-tensor im2col for small dense 2-D convolutions (any stride and dilation).
+
+    The padded input lives in a buffer kept between runs (its border stays zero, only the interior
+    is rewritten) and the windows are a strided view of it built once, so a run is four NumPy calls:
+    copy in, copy the windows out, one GEMM, bias. Strided convolutions with few channels take this
+    path: the phased layout would copy each phase separately."""
+
+    def __init__(self, x_shape, kernel, geo, dtype):
+        n, c, h, w = x_shape
+        (kh, kw), (sh, sw), (dh, dw) = kernel, geo.strides, geo.dilations
+        (pt, pl), (pb, pr), (oh, ow) = geo.pads_begin, geo.pads_end, geo.out
+        self.n, self.out = n, (oh, ow)
+        self.padded = np.zeros((n, c, h + pt + pb, w + pl + pr), dtype)
+        self.interior = self.padded[:, :, pt:pt + h, pl:pl + w]
+        s_n, s_c, s_y, s_x = self.padded.strides
+        shape, strides = (n, c, kh, kw, oh, ow), (s_n, s_c, s_y * dh, s_x * dw, s_y * sh, s_x * sw)
+        self.windows = np.ndarray(shape, dtype, self.padded, 0, strides)
+        self.columns = np.empty(shape, dtype)
+        self.matrix = self.columns.reshape(n, c * kh * kw, oh * ow)
+
+    def __call__(self, x: np.ndarray, w: np.ndarray, bias) -> np.ndarray:
+        np.copyto(self.interior, x)
+        np.copyto(self.columns, self.windows)
+        m = w.shape[0]
+        y = np.matmul(w.reshape(m, -1), self.matrix)
+        if bias is not None:
+            y += bias.reshape(m, 1)
+        return y.reshape(self.n, m, *self.out)
+
+
+def small_conv(x, w, bias, kernel, geo, memo: dict) -> np.ndarray:
+    key = ("small", x.shape, x.dtype, tuple(kernel), geo)
+    runner = memo.get(key)
+    if runner is None:
+        if len(memo) > 32:
+            memo.clear()
+        runner = memo[key] = SmallConv(x.shape, kernel, geo, x.dtype)
+    return runner(x, w, bias)
+
+
+def small_enough(x_shape, kernel, geo, itemsize: int) -> bool:
+    n, c = x_shape[:2]
+    return n * c * math.prod(kernel) * math.prod(geo.out) * itemsize <= SMALL_BYTES

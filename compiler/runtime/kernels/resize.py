@@ -107,6 +107,18 @@ def _is_repeat(attrs, scale, out_len, in_len) -> bool:
     return coord == "asymmetric" and (rule == "floor" or (scale == 2 and rule == "round_prefer_floor"))
 
 
+def _repeats(attrs, axes, scale_of, full_sizes, shape, full_roi) -> dict | None:
+    """axis -> factor when every axis that changes is an integer nearest upscale (np.repeat)."""
+    repeats = {}
+    for a in axes:
+        if full_sizes[a] == shape[a] and np.isclose(scale_of[a], 1.0) and np.allclose(full_roi.get(a, (0.0, 1.0)), (0.0, 1.0)):
+            continue
+        if not _is_repeat(attrs, scale_of[a], full_sizes[a], shape[a]):
+            return None
+        repeats[a] = int(scale_of[a])
+    return repeats or None
+
+
 def resize_array(x, scales, sizes, attrs, roi=None):
     rank = x.ndim
     axes = [norm_axis(a, rank) for a in attrs.get("axes") or range(rank)]
@@ -126,6 +138,17 @@ def resize_array(x, scales, sizes, attrs, roi=None):
         full_sizes = [int(x.shape[a] * scale_of[a]) if a in scale_of else x.shape[a] for a in range(rank)]
     full_roi = {a: (roi[i], roi[i + len(axes)]) for i, a in enumerate(axes)} if roi is not None and len(roi) else {}
     work = to_compute(x) if x.dtype.kind == "f" else x.astype(np.float32)
+    repeats = _repeats(attrs, axes, scale_of, full_sizes, work.shape, full_roi)
+    if repeats and rank - 1 in repeats:  # the last axis: np.repeat (a broadcast copy would move 4-byte runs)
+        work = np.repeat(work, repeats.pop(rank - 1), axis=rank - 1)
+    if repeats:  # integer nearest upscales on the other axes: one broadcasting copy of whole rows
+        spread = tuple(d for a in range(rank) for d in ((work.shape[a], repeats[a]) if a in repeats else (work.shape[a],)))
+        index = tuple(i for a in range(rank) for i in ((slice(None), None) if a in repeats else (slice(None),)))
+        y = np.empty(spread, dtype=work.dtype)
+        np.copyto(y, work[index])
+        work = y.reshape(full_sizes)
+    if repeats is not None:
+        axes = []
     for a in axes:
         region = full_roi.get(a, (0.0, 1.0))
         if full_sizes[a] == work.shape[a] and np.isclose(scale_of[a], 1.0) and np.allclose(region, (0.0, 1.0)):

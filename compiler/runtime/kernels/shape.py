@@ -29,12 +29,25 @@ def squeeze(inputs, attrs, ctx):
 def unsqueeze(inputs, attrs, ctx):
     x = inputs[0]
     given = arg(inputs, 1)
-    raw = ints(given) if given is not None else attrs["axes"]
-    rank = x.ndim + len(raw)
-    shape = list(x.shape)
-    for axis in sorted(norm_axis(a, rank) for a in raw):
-        shape.insert(axis, 1)
+    raw = tuple(ints(given)) if given is not None else tuple(attrs["axes"])
+    key = ("unsqueeze", x.shape, raw)
+    shape = ctx.memo.get(key) if ctx is not None else None
+    if shape is None:
+        rank = x.ndim + len(raw)
+        shape = list(x.shape)
+        for axis in sorted(norm_axis(a, rank) for a in raw):
+            shape.insert(axis, 1)
+        shape = tuple(shape)
+        if ctx is not None:
+            _remember(ctx.memo, key, shape)
     return [x.reshape(shape)]
+
+
+def _remember(memo: dict, key, value) -> None:
+    """Per-step plans by shape; a step whose shapes keep changing starts over rather than grow."""
+    if len(memo) > 64:
+        memo.clear()
+    memo[key] = value
 
 
 def flatten(inputs, attrs, ctx):
@@ -52,16 +65,23 @@ def concat(inputs, attrs, ctx):
 
 def split(inputs, attrs, ctx):
     x = inputs[0]
-    axis = norm_axis(attrs.get("axis", 0), x.ndim)
     given = arg(inputs, 1)
-    sizes = ints(given) if given is not None else attrs.get("split")
+    sizes = tuple(ints(given)) if given is not None else attrs.get("split")
     num_outputs = len(ctx.out) or attrs.get("num_outputs", 1)
-    if sizes is None:
-        dim = x.shape[axis]
-        chunk = -(-dim // num_outputs)  # ceil: the last piece may be smaller
-        sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(num_outputs)]
-    bounds = np.cumsum(sizes)[:-1]
-    return list(np.split(x, bounds, axis=axis))
+    key = ("split", x.shape, None if sizes is None else tuple(sizes), num_outputs)
+    index = ctx.memo.get(key)
+    if index is None:
+        axis = norm_axis(attrs.get("axis", 0), x.ndim)
+        if sizes is None:
+            dim = x.shape[axis]
+            chunk = -(-dim // num_outputs)  # ceil: the last piece may be smaller
+            sizes = [min(chunk, max(dim - i * chunk, 0)) for i in range(num_outputs)]
+        index, start = [], 0
+        for size_ in sizes:
+            index.append((slice(None),) * axis + (slice(start, start + size_),))
+            start += size_
+        _remember(ctx.memo, key, index)
+    return [x[i] for i in index]
 
 
 def slice_(inputs, attrs, ctx):
@@ -93,8 +113,24 @@ def slice_bounds(start: int, end: int, step: int, dim: int) -> slice:
 
 
 def expand(inputs, attrs, ctx):
-    x, shape = inputs[0], ints(inputs[1])
-    return [np.broadcast_to(x, broadcast_shape(x.shape, tuple(shape)))]
+    x, shape = inputs[0], tuple(ints(inputs[1]))
+    key = ("expand", x.shape, x.strides, shape)
+    plan = ctx.memo.get(key) if ctx is not None else None
+    if plan is None:
+        target = broadcast_shape(x.shape, shape)
+        lead = len(target) - x.ndim
+        strides = (0,) * lead + tuple(0 if d == 1 and t != 1 else s for d, t, s in zip(x.shape, target[lead:], x.strides))
+        plan = (target, strides)
+        if ctx is not None:
+            _remember(ctx.memo, key, plan)
+    target, strides = plan
+    if target == x.shape:
+        return [x]
+    if x.flags.c_contiguous and x.size:  # a read-only broadcast view, without np.broadcast_to's Python overhead
+        view = np.ndarray(target, x.dtype, x, 0, strides)
+        view.flags.writeable = False
+        return [view]
+    return [np.broadcast_to(x, target)]
 
 
 def tile(inputs, attrs, ctx):
@@ -126,8 +162,14 @@ def pad(inputs, attrs, ctx):
 
 def shape(inputs, attrs, ctx):
     dims = inputs[0].shape
-    start, end = attrs.get("start", 0), attrs.get("end")
-    return [np.array(dims[start:end] if end is not None else dims[start:], dtype=np.int64)]
+    cached = ctx.memo.get(dims) if ctx is not None else None
+    if cached is None:
+        start, end = attrs.get("start", 0), attrs.get("end")
+        cached = np.array(dims[start:end] if end is not None else dims[start:], dtype=np.int64)
+        cached.flags.writeable = False  # handed out again on every run with this shape
+        if ctx is not None:
+            _remember(ctx.memo, dims, cached)
+    return [cached]
 
 
 def size(inputs, attrs, ctx):

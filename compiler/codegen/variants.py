@@ -1,0 +1,133 @@
+"""Every generated GEMM kernel variant, as data: family, dtypes, tile constants, epilogue.
+
+Families (templates in templates/*.cuh, all computing C = epilogue(A @ W^T) with W stored (N, K)):
+    simt         (a) fp32 SIMT tiles          tile: BM BN BK TM TN
+    mma          (b) bf16/fp16 mma.sync       tile: BM BN BK WM WN STAGES
+    skinny       (c) decode M <= 16*MT        tile: NW MT WARPS KU      (weights pre-packed)
+    skinny_int8  (e) same, int8 weights with per-channel scales
+
+The epilogue (d) is part of every variant. CI compiles every entry of VARIANTS to an sm_90 cubin
+and rejects spills (tests/codegen/test_compile.py). Per family and dtype the list holds every
+tile with the plain and with the heaviest epilogue, plus every epilogue (and a cast) on the first
+tile: an epilogue only changes the last few instructions, so that covers each epilogue's code and
+each tile's register pressure without compiling the whole product.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Iterator
+
+DTYPES = ("float32", "bfloat16", "float16")
+SHORT_DTYPE = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+ACTIVATIONS = ("none", "relu", "gelu", "silu")
+TILE_KEYS = {
+    "simt": ("BM", "BN", "BK", "TM", "TN"),
+    "mma": ("BM", "BN", "BK", "WM", "WN", "STAGES"),
+    "skinny": ("NW", "MT", "WARPS", "KU"),
+    "skinny_int8": ("NW", "MT", "WARPS", "KU"),
+}
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    bias: bool = False
+    act: str = "none"
+    residual: bool = False
+    swiglu: bool = False        # output column h = silu(gate h) * up h; gate/up interleaved by prepack
+    out_dtype: str | None = None  # None: the input dtype
+
+    def __post_init__(self) -> None:
+        if self.act not in ACTIVATIONS:
+            raise ValueError(f"epilogue: unknown activation {self.act!r}")
+        if self.swiglu and self.act != "none":
+            raise ValueError("epilogue: swiglu already applies silu to the gate; act must be 'none'")
+        if self.out_dtype is not None and self.out_dtype not in DTYPES:
+            raise ValueError(f"epilogue: unknown output dtype {self.out_dtype!r}")
+
+    def tag(self, in_dtype: str) -> str:
+        parts = [p for p, on in (("bias", self.bias), (self.act, self.act != "none"),
+                                 ("swiglu", self.swiglu), ("res", self.residual)) if on]
+        out = self.out_dtype or in_dtype
+        if out != in_dtype:
+            parts.append("to" + SHORT_DTYPE[out])
+        return "_".join(parts) or "plain"
+
+
+@dataclass(frozen=True)
+class Variant:
+    family: str
+    dtype: str                      # A (activation) dtype; skinny_int8 weights are int8
+    tile: tuple[int, ...]           # values for TILE_KEYS[family], in order
+    epilogue: Epilogue = field(default_factory=Epilogue)
+
+    def __post_init__(self) -> None:
+        if self.family not in TILE_KEYS:
+            raise ValueError(f"variant: unknown family {self.family!r}")
+        if len(self.tile) != len(TILE_KEYS[self.family]):
+            raise ValueError(f"variant {self.family}: tile needs {TILE_KEYS[self.family]}")
+        if (self.family == "simt") != (self.dtype == "float32"):
+            raise ValueError(f"variant {self.family}: dtype {self.dtype} not supported")
+
+    @property
+    def params(self) -> dict[str, int | str | bool]:
+        """What the launcher needs (runtime/cuda/geometry.py), JSON scalars only."""
+        e = self.epilogue
+        return {"family": self.family, "dtype": self.dtype, "out_dtype": self.out_dtype, "bias": e.bias,
+                "act": e.act, "residual": e.residual, "swiglu": e.swiglu,
+                **dict(zip(TILE_KEYS[self.family], self.tile))}
+
+    @property
+    def out_dtype(self) -> str:
+        return self.epilogue.out_dtype or self.dtype
+
+    @property
+    def name(self) -> str:
+        tile = "x".join(str(v) for v in self.tile)
+        return f"{self.family}_{SHORT_DTYPE[self.dtype]}_{tile}_{self.epilogue.tag(self.dtype)}"
+
+
+SIMT_TILES = ((128, 128, 8, 8, 8), (128, 64, 16, 8, 4), (64, 64, 16, 4, 4), (64, 32, 16, 4, 4))
+MMA_TILES = ((128, 128, 32, 2, 2, 4), (128, 256, 32, 2, 4, 3), (256, 128, 32, 4, 2, 3),
+             (128, 64, 64, 2, 2, 3), (64, 128, 32, 2, 2, 4), (64, 64, 64, 2, 2, 4))
+SKINNY_TILES = ((4, 1, 8, 4), (2, 1, 8, 4), (4, 1, 4, 2), (4, 2, 4, 2), (4, 4, 4, 2), (2, 4, 4, 4))
+
+EPILOGUES = (
+    Epilogue(),
+    Epilogue(bias=True),
+    Epilogue(bias=True, act="relu"),
+    Epilogue(bias=True, act="gelu"),
+    Epilogue(act="silu"),
+    Epilogue(bias=True, residual=True),
+    Epilogue(swiglu=True),
+    Epilogue(bias=True, act="gelu", residual=True),
+)
+# Heaviest: every stage plus a cast, compiled on every tile to catch register pressure.
+HEAVY = Epilogue(bias=True, swiglu=True, residual=True)
+
+
+def _family_variants(family: str, dtypes: tuple[str, ...], tiles, casts: dict[str, str]) -> Iterator[Variant]:
+    for dtype in dtypes:
+        yield from (Variant(family, dtype, tiles[0], e) for e in EPILOGUES)
+        yield Variant(family, dtype, tiles[0], Epilogue(bias=True, out_dtype=casts[dtype]))
+        for tile in tiles[1:]:
+            yield Variant(family, dtype, tile)
+        for tile in tiles:
+            yield Variant(family, dtype, tile, replace(HEAVY, out_dtype=casts[dtype]))
+
+
+def all_variants() -> tuple[Variant, ...]:
+    to_f32 = {"bfloat16": "float32", "float16": "float32"}
+    variants = [
+        *_family_variants("simt", ("float32",), SIMT_TILES, {"float32": "bfloat16"}),
+        *_family_variants("mma", ("bfloat16", "float16"), MMA_TILES, to_f32),
+        *_family_variants("skinny", ("bfloat16", "float16"), SKINNY_TILES, to_f32),
+        *_family_variants("skinny_int8", ("bfloat16", "float16"), SKINNY_TILES[:1] + SKINNY_TILES[4:5], to_f32),
+    ]
+    names = [v.name for v in variants]
+    assert len(set(names)) == len(names), "variant names must be unique"
+    return tuple(variants)
+
+
+VARIANTS = all_variants()
+BY_NAME = {v.name: v for v in VARIANTS}

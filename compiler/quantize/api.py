@@ -1,0 +1,44 @@
+"""The one call the CLI makes for `--precision fp16|bf16|int8 [--tolerance T] [--calib DATA]`."""
+
+from __future__ import annotations
+
+import itertools
+
+import onnx
+
+from ..errors import BadInput
+from ..feeds import random_feeds
+from .calib_data import iter_calibration
+from .int8 import quantize_int8
+from .precision import convert_precision
+from .repair import repair_precision
+
+PRECISIONS = ("fp16", "bf16", "int8")
+# Inputs the repair compares on: the first few calibration samples, else seeded random inputs.
+NUM_REPAIR_SAMPLES = 3
+
+
+def apply_precision(model: onnx.ModelProto, precision: str, tolerance: float | None = None, calib: str | None = None,
+                    method: str = "minmax", seed: int = 0, dims: dict | None = None) -> tuple[onnx.ModelProto, dict]:
+    """`model`: fp32 ONNX (typically optimize_model's output). fp16/bf16: convert, then, with a
+    `tolerance`, run fp32 and the result in onnxruntime and pin nodes to fp32 until the max relative
+    output error is within it. int8: QDQ calibrated on `calib` (an .npz or a folder of them) with
+    `method`. Returns the model and a JSON-ready report."""
+    if precision not in PRECISIONS:
+        raise BadInput(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
+    if precision == "int8":
+        if calib is None:
+            raise BadInput("--precision int8 needs calibration data: --calib FILE.npz or a folder of .npz files")
+        quantized, report = quantize_int8(model, iter_calibration(calib, model), method)
+        return quantized, {"precision": precision, "int8": report.to_json()}
+    converted, report = convert_precision(model, precision)
+    result = {"precision": precision, "conversion": report.to_json()}
+    if tolerance is None:
+        return converted, result
+    if calib is not None:
+        feeds_list = list(itertools.islice(iter_calibration(calib, model), NUM_REPAIR_SAMPLES))
+    else:
+        feeds_list = [random_feeds(model, seed + k, dims) for k in range(NUM_REPAIR_SAMPLES)]
+    repaired, repair = repair_precision(model, converted, tolerance, feeds_list)
+    result["repair"] = repair.to_json()
+    return repaired, result

@@ -1,0 +1,65 @@
+"""INT8 post-training quantization: calibrate activation ranges in a streaming pass, then write
+QDQ ONNX (see qdq.py) that onnxruntime runs, on CPU as QLinearConv / QLinearMatMul / QGemm."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import onnx
+
+from ..errors import BadInput
+from .calibrate import DEFAULT_PERCENTILE, collect_ranges
+from .model_parts import drop_unused, float_constants, named_nodes
+from .opset_upgrade import ensure_opset
+from .qdq import (
+    ACTIVATION_TYPES,
+    activation_names,
+    activation_params,
+    select_targets,
+    write_qdq,
+)
+from .unfuse import unfuse_activations
+
+# DequantizeLinear's `axis` (per-channel weights) arrives in opset 13.
+PER_CHANNEL_MIN_OPSET = 13
+
+
+@dataclass
+class Int8Report:
+    method: str
+    activation_type: str  # per tensor: "uint8" asymmetric or "int8" symmetric
+    weight_type: str
+    num_samples: int
+    quantized: dict = field(default_factory=dict)  # op -> nodes
+    skipped: dict = field(default_factory=dict)  # reason -> nodes
+    num_activations: int = 0  # values with a Q/DQ pair
+    num_unfused: int = 0  # FusedConv/FusedGemm split back to Conv/Gemm + activation
+    notes: list = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def quantize_int8(model: onnx.ModelProto, calib_feeds_iter: Iterable[dict[str, np.ndarray]], method: str = "minmax",
+                  activation_type: str = "uint8", percentile: float = DEFAULT_PERCENTILE) -> tuple[onnx.ModelProto, Int8Report]:
+    """`calib_feeds_iter`: feeds dicts, one sample each (e.g. calib_data.iter_calibration(path, model));
+    read once, in a single streaming pass. `method`: minmax, percentile or entropy."""
+    if activation_type not in ACTIVATION_TYPES:
+        raise BadInput(f"activation type '{activation_type}': expected one of {', '.join(ACTIVATION_TYPES)}")
+    model, note = ensure_opset(model, PER_CHANNEL_MIN_OPSET, "per-channel DequantizeLinear")
+    model, num_unfused = unfuse_activations(model)
+    model = named_nodes(model)
+    constants = float_constants(model)
+    targets, skipped = select_targets(model, constants)
+    names = activation_names(model, targets)
+    ranges, num_samples = collect_ranges(model, names, calib_feeds_iter, method, percentile)
+    params = {name: activation_params(*ranges[name], activation_type) for name in names}
+    model = write_qdq(model, targets, constants, params)
+    drop_unused(model.graph)
+    report = Int8Report(method, activation_type, "int8 symmetric per-channel", num_samples,
+                        dict(Counter(t.node.op_type for t in targets)), dict(skipped), len(names), num_unfused,
+                        [note] if note else [])
+    return model, report

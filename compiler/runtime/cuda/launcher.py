@@ -1,0 +1,73 @@
+"""Loads a compiled GEMM cubin with CuPy and launches it. Nothing is compiled here: the cubin
+comes from the build (or compiler/codegen/compile.py); CuPy is imported when a kernel is loaded.
+
+Arrays are CuPy arrays in device storage: float32, or uint16 bit patterns for bf16/fp16 (CuPy
+has no bfloat16 dtype), packed uint8 weights for the skinny families. A kernel object owns its
+split-K workspace and counters, so use one object per stream.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from .geometry import ITEMSIZE, STATIC_SMEM_LIMIT, Launch, kernel_args, launch_for, output_shape, packed_shape
+
+
+class GemmKernel:
+    def __init__(self, cubin: Path | str, kernel_name: str, params: Mapping[str, Any], num_sms: int | None = None):
+        import cupy  # noqa: PLC0415 - the CPU runtime never imports CuPy
+
+        self._cp = cupy
+        self.params = dict(params)
+        self.module = cupy.RawModule(path=str(cubin))
+        self.function = self.module.get_function(kernel_name)
+        self.num_sms = num_sms or cupy.cuda.Device().attributes["MultiProcessorCount"]
+        self._smem_limit = STATIC_SMEM_LIMIT
+        self._null = cupy.zeros(4, dtype=cupy.float32)
+        self._workspace = cupy.empty(0, dtype=cupy.float32)
+        self._counters = cupy.zeros(0, dtype=cupy.uint32)
+
+    def launch_for(self, M: int, N: int, K: int, num_splits: int | None = None) -> Launch:
+        return launch_for(self.params, M, N, K, self.num_sms, num_splits)
+
+    def __call__(self, a, w, out, M: int, N: int, K: int, *, bias=None, scale=None, residual=None,
+                 num_splits: int | None = None) -> Launch:
+        launch = self.launch_for(M, N, K, num_splits)
+        self._check(a, w, out, bias, scale, residual, M, N, K)
+        if launch.smem_bytes > self._smem_limit:
+            self.function.max_dynamic_shared_size_bytes = launch.smem_bytes
+            self._smem_limit = launch.smem_bytes
+        arrays = {"a": a, "w": w, "out": out, "bias": bias, "scale": scale, "residual": residual, "null": self._null}
+        if launch.workspace_floats:
+            if self._workspace.size < launch.workspace_floats:
+                self._workspace = self._cp.empty(launch.workspace_floats, dtype=self._cp.float32)
+            if self._counters.size < launch.num_counters:  # zero once; the kernel resets its counters
+                self._counters = self._cp.zeros(launch.num_counters, dtype=self._cp.uint32)
+            arrays.update(workspace=self._workspace, counters=self._counters)
+        pointers = {name: arr for name, arr in arrays.items() if arr is not None}
+        args = kernel_args(self.params, launch, M, N, K, pointers, as_int=np.int32)
+        self.function(launch.grid, launch.block, args, shared_mem=launch.smem_bytes)
+        return launch
+
+    def _check(self, a, w, out, bias, scale, residual, M: int, N: int, K: int) -> None:
+        """Catches what would otherwise be a silent out-of-bounds access."""
+        p = self.params
+        out_elems = int(np.prod(output_shape(p, M, N)))
+        expect = {"a": (M * K * ITEMSIZE[p["dtype"]], a), "out": (out_elems * ITEMSIZE[p["out_dtype"]], out)}
+        if p["family"].startswith("skinny"):
+            rows, k = packed_shape(p, N, K)
+            expect["w"] = (rows * k * (1 if p["family"] == "skinny_int8" else 2), w)
+        else:
+            expect["w"] = (N * K * ITEMSIZE[p["dtype"]], w)
+        if p.get("residual"):
+            expect["residual"] = (expect["out"][0], residual)
+        if p.get("bias"):
+            expect["bias"] = (N * 4, bias)
+        if p["family"] == "skinny_int8":
+            expect["scale"] = (N * 4, scale)
+        for name, (nbytes, arr) in expect.items():
+            if arr is None or arr.nbytes < nbytes or not arr.flags.c_contiguous:
+                raise ValueError(f"gemm {p['family']}: '{name}' must be a contiguous array of at least {nbytes} bytes")

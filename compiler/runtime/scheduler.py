@@ -1,0 +1,136 @@
+"""Iteration-level scheduling: which sequences run in the next step, and how many tokens each.
+
+A step first serves the running sequences, decodes before prefill chunks, so a long prompt only
+gets the token budget the decodes leave (running decodes are never starved). Then, unless the step
+had to preempt, it admits waiting sequences first come first served into what is left, chunking a
+prompt that does not fit. A waiting sequence that cannot be admitted may be overtaken by later
+ones for `max_skip_steps` steps (aging); after that nothing passes it until it fits. When blocks run
+out the newest running sequence is preempted: its blocks are freed and it is recomputed later
+(its computed blocks stay in the prefix cache, so the recompute is mostly cache hits).
+
+Static batching (the baseline): a batch of up to `max_num_seqs` waiting sequences is formed when the
+previous one has finished, and nothing else is admitted until all of its members finish.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from .block_manager import BlockManager
+from .sequence import Sequence, Status
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    static_batching: bool = False
+    max_skip_steps: int = 8
+
+    def __post_init__(self):
+        if self.max_num_seqs <= 0 or self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(f"need 0 < max_num_seqs ({self.max_num_seqs}) <= max_num_batched_tokens "
+                             f"({self.max_num_batched_tokens}) so every running decode fits in a step")
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, block_manager: BlockManager):
+        self.config, self.blocks = config, block_manager
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.static_batch: set[Sequence] = set()
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        seq.status = Status.WAITING
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> list[tuple[Sequence, int]]:
+        """The next step's work: (sequence, number of its tokens to feed), in that order."""
+        budget = self.config.max_num_batched_tokens
+        scheduled: dict[Sequence, int] = {}
+        num_preemptions = self.num_preemptions
+        decodes_first = sorted(self.running, key=lambda s: s.num_uncomputed > 1)  # stable: oldest first
+        for seq in decodes_first:
+            num_new = min(seq.num_uncomputed, budget)
+            if seq.status is not Status.RUNNING or num_new == 0:
+                continue
+            while not self.blocks.can_append(seq, num_new):
+                victim = self.running[-1]  # newest first
+                self.preempt(victim)
+                budget += scheduled.pop(victim, 0)
+                if victim is seq:
+                    break
+            if seq.status is Status.RUNNING:
+                self.blocks.append_slot(seq, num_new)
+                scheduled[seq] = num_new
+                budget -= num_new
+        if self.num_preemptions == num_preemptions:
+            self._admit(scheduled, budget)
+        return list(scheduled.items())
+
+    def _admit(self, scheduled: dict[Sequence, int], budget: int) -> None:
+        if self.config.static_batching and not self.static_batch and not self.running:
+            self.static_batch = set(list(self.waiting)[:self.config.max_num_seqs])
+        passed_over: list[Sequence] = []
+        for seq in list(self.waiting):
+            if budget <= 0 or len(self.running) >= self.config.max_num_seqs or self.blocks.num_free_blocks == 0:
+                break
+            if self.config.static_batching and seq not in self.static_batch:
+                break
+            hits = self.blocks.prefix_hits(seq)
+            num_new = min(seq.num_tokens - len(hits) * self.blocks.block_size, budget)
+            if self._prefix_in_flight(seq, len(hits)) or not self.blocks.can_allocate(seq, hits, num_new):
+                if seq.skipped_steps >= self.config.max_skip_steps:
+                    break  # aged: nobody overtakes it any more
+                passed_over.append(seq)
+                continue
+            self.waiting.remove(seq)
+            self.blocks.allocate(seq, hits, num_new)
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            scheduled[seq] = num_new
+            budget -= num_new
+            for earlier in passed_over:
+                earlier.skipped_steps += 1
+
+    def _prefix_in_flight(self, seq: Sequence, num_hits: int) -> bool:
+        """Whether a running sequence is computing this one's next full block right now: waiting
+        until it is registered turns the block into a hit instead of computing it twice."""
+        if not self.blocks.enable_prefix_caching or num_hits >= len(seq.block_hashes):
+            return False
+        wanted = seq.block_hashes[num_hits]
+        return any(other.num_cached_blocks <= num_hits < len(other.block_hashes)
+                   and other.block_hashes[num_hits] == wanted and other.num_uncomputed > 1
+                   for other in self.running)
+
+    def commit(self, scheduled: list[tuple[Sequence, int]]) -> None:
+        """After the runner's step: the scheduled tokens' K/V is now in the cache."""
+        for seq, num_new in scheduled:
+            is_decode = num_new == 1 and seq.output_ids and seq.num_computed == seq.num_tokens - 1
+            seq.num_prefill_tokens += 0 if is_decode else num_new
+            seq.num_computed += num_new
+            self.blocks.cache_full_blocks(seq)
+
+    def preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.blocks.free(seq)
+        seq.num_computed = 0
+        seq.num_preemptions += 1
+        seq.status = Status.WAITING
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1
+
+    def finish(self, seq: Sequence, reason: str) -> None:
+        """Stop a sequence (done, or cancelled) and free its blocks at once."""
+        if seq.status is Status.RUNNING:
+            self.running.remove(seq)
+        elif seq.status is Status.WAITING:
+            self.waiting.remove(seq)
+        self.blocks.free(seq)
+        self.static_batch.discard(seq)
+        seq.status, seq.finish_reason = Status.FINISHED, reason

@@ -1,0 +1,270 @@
+"""The decode loop with the fake runner: a request's tokens never depend on how it was scheduled,
+a small pool only costs preemptions, prefix caching saves prefill, bad requests fail alone; and
+the decoder side of `infc run`."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from infc import cli
+from infc.compiler.runtime.decode_api import ModelSpec
+from infc.compiler.runtime.engine import Engine, EngineConfig
+from infc.compiler.runtime.fake_runner import DEFAULT_SPEC, FakeRunner, reference_tokens
+from infc.compiler.runtime.sampler import SamplingParams
+from infc.compiler.runtime.scheduler import SchedulerConfig
+from infc.compiler.runtime.sequence import Request
+
+SPEC = dataclasses.replace(DEFAULT_SPEC, max_model_len=512, block_size=8)
+
+
+def workload(num=24, seed=0):
+    """Mixed lengths, half of the prompts behind a shared 40-token prefix, some sampled, some stop at EOS."""
+    rng = np.random.default_rng(seed)
+    shared = rng.integers(0, 256, 40).tolist()
+    requests = []
+    for i in range(num):
+        own = rng.integers(0, 256, int(rng.integers(1, 60))).tolist()
+        params = SamplingParams(max_tokens=int(rng.integers(1, 40)), ignore_eos=i % 3 == 0,
+                                temperature=0.0 if i % 2 else 0.9, top_p=0.95, seed=None if i % 4 else 100 + i)
+        requests.append(Request(prompt_ids=(shared + own) if i % 2 else own, params=params))
+    return requests
+
+
+def working_set_blocks(requests, block_size=SPEC.block_size):
+    return sum(-(-(len(r.prompt_ids) + r.params.max_tokens) // block_size) for r in requests)
+
+
+def serve(requests, num_kv_blocks=2000, prefix_caching=True, on_step=None, runner=None, **scheduler):
+    scheduler = {"max_num_seqs": 8, "max_num_batched_tokens": 64, **scheduler}
+    engine = Engine(runner or FakeRunner(SPEC), EngineConfig(SchedulerConfig(**scheduler), num_kv_blocks, prefix_caching))
+    seqs = engine.run(requests, on_step=on_step)
+    return engine, seqs
+
+
+@pytest.fixture(scope="module")
+def requests():
+    return workload()
+
+
+@pytest.fixture(scope="module")
+def alone(requests):
+    """Each request served on its own engine: the tokens every other schedule must reproduce."""
+    outputs = []
+    for index, request in enumerate(requests):
+        engine = Engine(FakeRunner(SPEC), EngineConfig(SchedulerConfig(1, 64), 200))
+        for _ in range(index):  # same request index, so unseeded requests get the same stream
+            engine.sequences.append(None)
+        outputs.append(engine.run([request])[0].output_ids)
+    return outputs
+
+
+def test_greedy_alone_matches_the_logits_function(requests, alone):
+    runner = FakeRunner(SPEC)
+    for request, tokens in zip(requests, alone):
+        if request.params.temperature == 0:
+            assert tokens == reference_tokens(runner, request.prompt_ids, request.params.max_tokens, request.params.ignore_eos)
+    assert any(t[-1] in SPEC.eos_token_ids for t in alone)  # some stopped at EOS
+
+
+def preempt_newest_every(num_steps):
+    def on_step(engine):
+        if engine.stats.num_steps % num_steps == 0 and engine.scheduler.running:
+            engine.scheduler.preempt(engine.scheduler.running[-1])
+    return on_step
+
+
+@pytest.mark.parametrize("setup", [
+    dict(static_batching=True),
+    dict(max_num_batched_tokens=8),
+    dict(max_num_batched_tokens=33),
+    dict(max_num_batched_tokens=512, max_num_seqs=24),
+    dict(prefix_caching=False),
+    dict(on_step=preempt_newest_every(5)),
+], ids=["static", "chunk8", "chunk33", "chunk512", "no-prefix-cache", "forced-preemption"])
+def test_same_tokens_whatever_the_schedule(requests, alone, setup):
+    engine, seqs = serve(requests, **setup)
+    assert [s.output_ids for s in seqs] == alone
+    if "on_step" in setup:
+        assert engine.scheduler.num_preemptions > 0
+    if setup.get("prefix_caching", True):
+        assert engine.blocks.prefix_hit_pct > 0
+    assert engine.blocks.num_free_blocks == engine.blocks.num_blocks
+
+
+def test_half_the_working_set_completes_with_the_same_tokens_and_frees_the_pool(requests, alone):
+    num_blocks = working_set_blocks(requests) // 2
+    engine, seqs = serve(requests, num_kv_blocks=num_blocks, max_num_seqs=24, max_num_batched_tokens=128)
+    assert [s.output_ids for s in seqs] == alone
+    assert all(s.error is None and s.finish_reason in ("stop", "length") for s in seqs)
+    assert engine.scheduler.num_preemptions > 0
+    assert engine.blocks.num_free_blocks == num_blocks and not any(engine.blocks.ref_counts)
+
+
+def test_prefix_caching_cuts_prefill_by_the_shared_fraction():
+    rng = np.random.default_rng(5)
+    system, num, own_len = rng.integers(0, 256, 64).tolist(), 16, 32
+    requests = [Request(prompt_ids=system + rng.integers(0, 256, own_len).tolist(), params=SamplingParams(max_tokens=4))
+                for _ in range(num)]
+    prefill = {}
+    for caching in (False, True):
+        _, seqs = serve(requests, prefix_caching=caching, max_num_seqs=16, max_num_batched_tokens=512)
+        prefill[caching] = sum(s.num_prefill_tokens for s in seqs)
+    # every request after the first repeats the system prompt: that share of the prompt tokens is redundant
+    repeated_fraction = (num - 1) * len(system) / (num * (len(system) + own_len))
+    assert prefill[False] == num * (len(system) + own_len)
+    assert 1 - prefill[True] / prefill[False] >= repeated_fraction
+
+
+def test_cancel_frees_blocks_at_once():
+    requests = [Request(prompt_ids=[i] * (100 + i), params=SamplingParams(max_tokens=50, ignore_eos=True)) for i in range(4)]
+    engine = Engine(FakeRunner(SPEC), EngineConfig(SchedulerConfig(2, 64), 100))
+    seqs = [engine.add_request(r) for r in requests]
+    for _ in range(4):
+        engine.step()
+    running, waiting = seqs[0], seqs[3]
+    held = len(running.block_table)
+    free_before = engine.blocks.num_free_blocks
+    engine.cancel(running)
+    engine.cancel(waiting)
+    assert engine.blocks.num_free_blocks == free_before + held
+    assert running.finish_reason == waiting.finish_reason == "cancelled"
+    while engine.scheduler.has_work():
+        engine.step()
+    assert engine.blocks.num_free_blocks == 100
+
+
+def test_bad_requests_fail_alone():
+    good = Request(prompt_ids=[5, 6, 7], params=SamplingParams(max_tokens=5, ignore_eos=True))
+    bad = {
+        "empty prompt": Request(prompt_ids=[]),
+        "token id 300 is outside the vocabulary [0, 257)": Request(prompt_ids=[1, 300]),
+        "leaves no room in the context of 512": Request(prompt_ids=[1] * 512),
+        "max_tokens must be a positive integer": Request(prompt_ids=[1], params=SamplingParams(max_tokens=0)),
+        "needs 19 KV blocks at full length, the pool has 16": Request(prompt_ids=[1] * 100, params=SamplingParams(max_tokens=50)),
+        "trace.jsonl:3: not JSON": Request(error="trace.jsonl:3: not JSON"),
+        "a text prompt needs the model's tokenizer": Request(prompt="hello"),
+    }
+    runner = FakeRunner(SPEC, has_tokenizer=False)
+    engine, seqs = serve([good, *bad.values(), good], num_kv_blocks=16, runner=runner)
+    expected = reference_tokens(runner, good.prompt_ids, 5, ignore_eos=True)
+    assert seqs[0].output_ids == seqs[-1].output_ids == expected and seqs[0].error is None
+    for seq, fragment in zip(seqs[1:-1], bad):
+        assert fragment in seq.error and seq.finish_reason == "error" and seq.output_ids == []
+    summary = engine.summary(seqs)
+    assert summary["failed_requests"] == len(bad) and summary["requests"] == len(bad) + 2
+
+
+def test_max_tokens_is_capped_by_the_context():
+    _, (seq,) = serve([Request(prompt_ids=[1] * 500, params=SamplingParams(max_tokens=100, ignore_eos=True))])
+    assert len(seq.output_ids) == 12 and seq.finish_reason == "length"
+
+
+def test_text_streams_and_stop_strings_cut_it():
+    prompt = Request(prompt="tell me", params=SamplingParams(max_tokens=60, ignore_eos=True))
+    pieces = []
+    engine = Engine(FakeRunner(SPEC), EngineConfig(SchedulerConfig(4, 64), 100), None, on_text=lambda s, p: pieces.append(p))
+    from infc.compiler.runtime.text import TextCodec
+    engine.text = TextCodec.for_runner(engine.runner)
+    (full,) = engine.run([prompt])
+    assert "".join(pieces) == full.text == engine.text.decode(full.output_ids)
+    position = next(i for i, c in enumerate(full.text) if i > 3 and c.isascii() and c.isprintable())
+    stop = full.text[position]
+    engine2 = Engine(FakeRunner(SPEC), EngineConfig(SchedulerConfig(4, 64), 100), engine.text)
+    (cut,) = engine2.run([dataclasses.replace(prompt, params=dataclasses.replace(prompt.params, stop=(stop,)))])
+    assert cut.text == full.text[:full.text.index(stop)] and cut.finish_reason == "stop"
+    assert cut.detokenize_s > 0
+
+
+def test_metrics_and_records(requests):
+    engine, seqs = serve(requests)
+    summary = engine.summary(seqs)
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        assert set(summary[key]) >= {"p50", "p90", "p99"} and summary[key]["p50"] <= summary[key]["p99"]
+    assert set(summary["phase_ms"]) == {"queue", "prefill", "decode", "detokenize"}
+    assert summary["output_tokens"] == sum(len(s.output_ids) for s in seqs) and summary["output_tok_s"] > 0
+    assert 0 <= summary["kv_waste_pct"] < summary["contiguous_kv_waste_pct"] < 100
+    assert 0 < summary["outside_model_pct"] < 100 and summary["requests"] == len(requests)
+    from infc.compiler.runtime.metrics import request_record
+    record = request_record(0, seqs[0])
+    assert record["output_ids"] == seqs[0].output_ids and "error" not in record and record["phase_s"]["queue"] >= 0
+
+
+def test_poisson_arrivals_are_respected():
+    from infc.compiler.runtime.workload import synthetic
+    requests = synthetic(8, (4, 20), (2, 6), vocab_size=256, rate=400.0, seed=3)
+    _, seqs = serve(requests)
+    assert all(s.first_scheduled_s >= s.arrival_s for s in seqs)
+    assert seqs[-1].arrival_s - seqs[0].arrival_s == pytest.approx(requests[-1].arrival_s)
+
+
+# ---- infc run on a decoder plan (the runner is the fake one) ----
+
+@pytest.fixture
+def decoder_cli(monkeypatch, tmp_path):
+    plan = tmp_path / "fake.plan"
+    plan.write_bytes(b"INFCPLAN")
+    monkeypatch.setattr(cli, "_plan_kind", lambda path: "decoder")
+    monkeypatch.setattr(cli, "_load_decoder_runner", lambda path: FakeRunner(SPEC))
+
+    def invoke(*args):
+        return CliRunner().invoke(cli.main, ["run", str(plan), *map(str, args)])
+    return invoke
+
+
+def test_cli_synthetic_workload_json(decoder_cli, tmp_path):
+    out = tmp_path / "out.jsonl"
+    result = decoder_cli("--num-requests", 6, "--input-len", "4:30", "--output-len", 5, "--json", "--outputs", out,
+                         "--max-num-seqs", 4)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["requests"] == 6 and summary["output_tokens"] == 30 and summary["max_num_seqs"] == 4
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [len(r["output_ids"]) for r in records] == [5] * 6
+
+
+def test_cli_static_and_continuous_agree(decoder_cli, tmp_path):
+    outputs = {}
+    for batching in ("static", "continuous"):
+        out = tmp_path / f"{batching}.jsonl"
+        assert decoder_cli("--num-requests", 5, "--input-len", "3:40", "--output-len", "2:9", "--batching", batching,
+                           "--outputs", out).exit_code == 0
+        outputs[batching] = [json.loads(line)["output_ids"] for line in out.read_text().splitlines()]
+    assert outputs["static"] == outputs["continuous"]
+
+
+def test_cli_prompt_streams_text(decoder_cli):
+    result = decoder_cli("--prompt", "hello", "--max-tokens", 12, "--temperature", 0.5, "--seed", 4)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.endswith("\n") and len(result.stdout) > 1
+
+
+def test_cli_failed_requests_give_exit_code_2_and_one_error_line(decoder_cli, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"prompt_ids": [1, 2, 3], "max_tokens": 3}\n{"prompt_ids": []}\nnot json\n')
+    out = tmp_path / "out.jsonl"
+    result = decoder_cli("--workload", trace, "--json", "--outputs", out)
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: 2 of 3 requests failed (request 1: empty prompt)"]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "error" not in records[0] and records[2]["error"].endswith("trace.jsonl:3: not JSON (Expecting value)")
+
+
+def test_cli_needs_exactly_one_request_source(decoder_cli):
+    result = decoder_cli("--prompt", "a", "--num-requests", 2)
+    assert result.exit_code == 2 and "exactly one of --prompt, --workload and --num-requests" in result.stderr
+
+
+def test_cli_decoder_options_on_a_one_shot_plan(monkeypatch, tmp_path):
+    plan = tmp_path / "p.plan"
+    plan.write_bytes(b"INFCPLAN")
+    monkeypatch.setattr(cli, "_plan_kind", lambda path: "one_shot")
+    result = CliRunner().invoke(cli.main, ["run", str(plan), "--prompt", "hi"])
+    assert result.exit_code == 2 and "--prompt needs a decoder plan" in result.stderr
+
+
+def test_spec_is_what_the_runner_reports():
+    assert isinstance(FakeRunner(SPEC).spec, ModelSpec)
