@@ -163,16 +163,19 @@ def prefix_sharing(factory, args, spec, num_requests=32, system_len=192):
             "repeated_prefix_pct": 100 * (num_requests - 1) * system_len / total}
 
 
-def hf_generate(path: str, requests, batch_size=8):
+def hf_generate(path: str, requests, clock, batch_size=8):
     """transformers `generate`, greedy, static batches of 8 (left padded), EOS ignored."""
     import torch
     from transformers import AutoModelForCausalLM
+
+    if clock is time.process_time:
+        torch.set_num_threads(1)  # like the plan's single BLAS thread: CPU time compares like with like
 
     path = Path(path)
     model = (AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32) if path.suffix == ".gguf"
              else AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)).eval()
     pad = 0
-    num_tokens, start = 0, time.perf_counter()
+    num_tokens, start = 0, clock()
     for i in range(0, len(requests), batch_size):
         batch = requests[i:i + batch_size]
         width = max(len(r.prompt_ids) for r in batch)
@@ -183,7 +186,7 @@ def hf_generate(path: str, requests, batch_size=8):
             model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new, do_sample=False,
                            pad_token_id=pad)
         num_tokens += sum(r.params.max_tokens for r in batch)  # only the tokens each request asked for count
-    duration = time.perf_counter() - start
+    duration = clock() - start
     return {"output_tokens": num_tokens, "duration_s": duration, "output_tok_s": num_tokens / duration}
 
 
@@ -207,10 +210,14 @@ def markdown(results) -> str:
                          f"| {r['ttft_ms_p50']:.1f} | {r['tpot_ms_p50']:.2f} | {r['itl_ms_p99']:.2f} | {r['kv_waste_pct']:.2f} "
                          f"| {r['contiguous_kv_waste_pct']:.1f} | {r['contiguous_trace_max_waste_pct']:.1f} "
                          f"| {r['outside_model_pct']:.1f} |")
-        h = results.get("hf_generate")
-        if h:
-            lines.append(f"| HF transformers generate, static batches of 8 | {h['output_tok_s']:.1f} | {h['duration_s']:.2f} "
-                         "| | | | | | | | | |")
+    h = results.get("hf_generate")
+    if h:
+        if not b:
+            lines += ["| reference | output tok/s | duration s |", "|---|---|---|"]
+        lines.append(f"| HF transformers generate, static batches of 8 | {h['output_tok_s']:.1f} | {h['duration_s']:.2f} "
+                     + ("| | | | | | | | | |" if b else "|"))
+        lines += [] if b else [""]
+    if b:
         c = b["rows"]["continuous"]
         lines += ["", f"Continuous / static: **{b['continuous_over_static']:.2f}x** output tokens/s "
                   f"(max_num_seqs {c['max_num_seqs']}, max_num_batched_tokens {c['max_num_batched_tokens']}, "
@@ -280,14 +287,14 @@ def main():
                "spec": dataclasses.asdict(spec)}
     if "batching" in parts:
         batching = batching_and_kv(factory, args, spec)
-        requests = batching.pop("requests")
+        batching.pop("requests")
         results["batching"] = {**batching, "num_requests": args.num_requests, "max_len": args.max_len}
         print(json.dumps(results["batching"]["rows"], default=str), flush=True)
-        if args.hf_model:
-            try:
-                results["hf_generate"] = hf_generate(args.hf_model, requests)
-            except Exception as exc:  # noqa: BLE001 - the reference is optional; keep the measured parts
-                print(f"HF generate failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    if args.hf_model:
+        try:
+            results["hf_generate"] = hf_generate(args.hf_model, trace(spec, args.num_requests, args.max_len), CLOCKS[args.clock])
+        except Exception as exc:  # noqa: BLE001 - the reference is optional; keep the measured parts
+            print(f"HF generate failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     if "long_prompt" in parts:
         results["long_prompt"] = [long_prompt(factory, args, spec, int(budget)) for budget in args.chunk_tokens.split(",")]
     if "prefix" in parts:

@@ -15,6 +15,12 @@ one of its inputs dies at that step and nothing else can see it (it owns its mem
 executor holds the only references), the executor offers that input's buffer there, so elementwise
 chains run in place instead of allocating a fresh array per step.
 
+Threads: a run keeps BLAS on one thread. On a few cores, OpenBLAS's thread hand-offs cost more
+than they gain for all but large GEMMs, and when another process keeps a core busy a threaded call
+stalls for scheduler ticks. Large work (GEMMs, convolution blocks, elementwise chains) is shared
+with one helper thread instead (gemm_impls.parallel_for), which degrades to one-thread speed, not
+below, when the helper does not get a core.
+
 An Executor runs one call at a time (the memo and the kernels' per-step plans are not locked).
 """
 
@@ -28,6 +34,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import BadInput, InfcError
+from .gemm_impls import blas_threads
 from .kernels import kernel_for
 from .kernels.common import KernelContext, decode_attrs
 
@@ -187,10 +194,11 @@ class Executor:
         memoize = feeds.keys().isdisjoint(self._weights)
         step = None
         try:
-            if memoize and self._observer is None:
-                self._run_fast(values)
-            else:
-                self._run_general(values, memoize)
+            with blas_threads(1):  # see the module docstring: parallel work goes through parallel_for
+                if memoize and self._observer is None:
+                    self._run_fast(values)
+                else:
+                    self._run_general(values, memoize)
         except BaseException as exc:
             # a run cut short may leave a segment's memo half filled: forget it all
             step = self._current

@@ -126,3 +126,31 @@ def test_observer_sees_every_produced_value():
                         observer=lambda name, array: seen.__setitem__(name, array.shape))
     executor.run({"x": np.zeros(3, F32)})
     assert seen == {"a": (3,), "b": (3,), "y": (3,), "z": (3,)}
+
+
+def test_static_values_crossing_shape_segments_stay_available():
+    # s1 (segment 1) feeds a static step of segment 2 (after the second Shape): on memo hits only the
+    # values read outside their own segment are put in place, and a new shape in segment 2 still finds s1.
+    steps = [
+        {"op": "Shape", "domain": "", "inputs": ["x"], "outputs": ["s1"], "attrs": {}},
+        {"op": "Mul", "domain": "", "inputs": ["s1", "two"], "outputs": ["inner"], "attrs": {}},
+        {"op": "Add", "domain": "", "inputs": ["inner", "two"], "outputs": ["s1b"], "attrs": {}},
+        {"op": "Shape", "domain": "", "inputs": ["y"], "outputs": ["s2"], "attrs": {}},
+        {"op": "Add", "domain": "", "inputs": ["s1b", "s2"], "outputs": ["total"], "attrs": {}},
+        {"op": "ConstantOfShape", "domain": "", "inputs": ["total"], "outputs": ["z"], "attrs": {}},
+    ]
+    executor = Executor(steps, {"two": np.array([2], np.int64)}, opset=17, output_names=["z"])
+    assert [s.needed for s in executor._steps] == [True, False, True, True, True, True]
+    for x_len, y_len in [(3, 1), (3, 1), (3, 5), (4, 5), (3, 1)]:
+        out = executor.run({"x": np.ones(x_len, F32), "y": np.ones(y_len, F32)})
+        assert out["z"].shape == (2 * x_len + 2 + y_len,)
+
+
+def test_a_failed_run_forgets_the_memo():
+    steps = [{"op": "Shape", "domain": "", "inputs": ["x"], "outputs": ["s"], "attrs": {}},
+             {"op": "Mul", "domain": "", "inputs": ["s", "two"], "outputs": ["s2"], "attrs": {}},
+             {"op": "Reshape", "domain": "", "inputs": ["x", "s2"], "outputs": ["y"], "attrs": {}}]
+    executor = Executor(steps, {"two": np.array([2], np.int64)}, opset=17, output_names=["y"])
+    with pytest.raises(Exception):
+        executor.run({"x": np.ones(3, F32)})  # 3 values cannot take shape (6,)
+    assert executor._states == {} and all(not s.memo for s in executor._steps)

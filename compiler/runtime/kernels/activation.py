@@ -49,10 +49,13 @@ def relu(inputs, attrs, ctx):
     x = inputs[0]
     if x.dtype.kind == "V":
         return [np.maximum(x.astype(np.float32), 0).astype(x.dtype)]
-    out = ctx.out[0] if ctx.out else None
+    out = ctx.out[0] if ctx is not None and ctx.out else None
     if out is not None and out.shape == x.shape and out.dtype == x.dtype:
         return [np.maximum(x, 0, out=out)]
     return [np.maximum(x, 0)]
+
+
+relu.accepts_out = True
 
 
 def leaky_relu(x, attrs):

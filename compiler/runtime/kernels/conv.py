@@ -102,14 +102,6 @@ def depthwise(xp: np.ndarray, w: np.ndarray, geo: Geometry) -> np.ndarray:
 POINTWISE, PHASED_DEPTHWISE, PHASED_DENSE, GENERIC, SMALL_DENSE = range(5)
 
 
-# BLAS runs on one thread inside convolutions. The fast paths share their blocks with a helper
-# thread themselves (common.parallel_for); the others, below this many multiply-adds per image,
-# are too small for BLAS threads: OpenBLAS threads anything above 262K, and on a 2-core machine
-# the hand-off to its second thread costs more than it gains at these sizes, and when another
-# process keeps that core busy a threaded call stalls for scheduler ticks (measured 30x slower).
-BLAS_THREADS_MIN_MACS = 1 << 24
-
-
 @dataclass(frozen=True)
 class ConvPlan:
     """What depends on the shapes only, decided once per input shape (kept in the step's memo)."""
@@ -118,7 +110,6 @@ class ConvPlan:
     kernel: tuple
     group: int
     out_shape: tuple
-    threads: int | None = None  # BLAS thread cap for this convolution (None: the library's choice)
 
 
 def conv_plan(x_shape, x_dtype, w_shape, attrs, memo: dict | None) -> ConvPlan:
@@ -140,10 +131,7 @@ def conv_plan(x_shape, x_dtype, w_shape, attrs, memo: dict | None) -> ConvPlan:
         kind = PHASED_DEPTHWISE if is_depthwise else PHASED_DENSE
     else:
         kind = GENERIC
-    macs = m * (c // max(group, 1)) * math.prod(kernel) * math.prod(geo.out)
-    shared = kind in (POINTWISE, PHASED_DEPTHWISE, PHASED_DENSE)  # these share their blocks with a helper thread
-    plan = ConvPlan(kind, geo, kernel, group, (x_shape[0], m) + geo.out,
-                    1 if shared or macs < BLAS_THREADS_MIN_MACS else None)
+    plan = ConvPlan(kind, geo, kernel, group, (x_shape[0], m) + geo.out)
     if memo is not None:
         if len(memo) > 64:
             memo.clear()
@@ -157,10 +145,8 @@ def conv_forward(x: np.ndarray, w: np.ndarray, bias, attrs, residual=None, memo:
     each block of output right after computing it, while it is in cache; the others after the
     whole output (and after the residual)."""
     plan = conv_plan(x.shape, x.dtype, w.shape, attrs, memo)
-    if plan.threads is not None:
-        with blas_threads(plan.threads):
-            return _conv_forward(plan, x, w, bias, residual, memo, epilogue)
-    return _conv_forward(plan, x, w, bias, residual, memo, epilogue)
+    with blas_threads(1):  # the fast paths share their blocks with the helper thread (parallel_for) instead
+        return _conv_forward(plan, x, w, bias, residual, memo, epilogue)
 
 
 def _conv_forward(plan: ConvPlan, x, w, bias, residual, memo, epilogue) -> np.ndarray:

@@ -8,12 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import is_exotic, to_compute
-
-
-def _out(ctx, shape, dtype):
-    out = ctx.out_buffer(0)
-    return out if out is not None and out.shape == shape and out.dtype == dtype else None
+from .common import broadcast_shape, is_exotic, to_compute
 
 
 def _binary(ufunc):
@@ -23,21 +18,27 @@ def _binary(ufunc):
         a, b = inputs
         if a.dtype.kind == "V":
             return [ufunc(to_compute(a), to_compute(b)).astype(a.dtype)]
-        if is_ufunc and ctx.out and ctx.out[0] is not None:
-            out = _out(ctx, np.broadcast_shapes(a.shape, b.shape), a.dtype)
-            if out is not None:
-                return [ufunc(a, b, out=out)]
+        out = ctx.out[0] if is_ufunc and ctx is not None and ctx.out else None
+        if out is not None and out.dtype == a.dtype == b.dtype and out.shape == broadcast_shape(a.shape, b.shape):
+            return [ufunc(a, b, out=out)]  # a buffer the executor donated (or preallocated)
         return [ufunc(a, b)]
+    kernel.accepts_out = is_ufunc
     return kernel
 
 
 def _unary(fn):
+    is_ufunc = isinstance(fn, np.ufunc)
+
     def kernel(inputs, attrs, ctx):
         x = inputs[0]
         if x.dtype.kind == "V":
             return [fn(to_compute(x)).astype(x.dtype)]
+        out = ctx.out[0] if is_ufunc and ctx is not None and ctx.out else None
+        if out is not None and x.dtype.kind == "f" and out.dtype == x.dtype and out.shape == x.shape:
+            return [fn(x, out=out)]
         result = fn(x)
         return [result if result.dtype == x.dtype else result.astype(x.dtype)]
+    kernel.accepts_out = is_ufunc
     return kernel
 
 
