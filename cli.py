@@ -91,7 +91,12 @@ def _run_optimize(model_path: str, quiet: bool):
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable report on stdout.")
 @click.option("--seed", default=0, show_default=True, help="Seed for --verify inputs.")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=INT", help="Value of a symbolic dim for --verify inputs.")
-def optimize(model, output, verify, as_json, seed, dims):
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]), default="fp32", show_default=True,
+              help="Also convert to this precision (fp16/bf16 keep lossy ops in fp32; int8 writes QDQ).")
+@click.option("--tolerance", type=float, help="fp16/bf16: max relative error; nodes that break it are pinned to fp32.")
+@click.option("--calib", type=click.Path(), help="int8: calibration inputs, an .npz or a folder of them.")
+@click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default="minmax", show_default=True)
+def optimize(model, output, verify, as_json, seed, dims, precision, tolerance, calib, calib_method):
     """Optimize MODEL and write the result as ONNX that onnxruntime runs."""
     from .compiler.model_io import save_model
     from .compiler.report import print_report, report_json
@@ -100,6 +105,11 @@ def optimize(model, output, verify, as_json, seed, dims):
     _check_writable_output(output)
     original, result = _run_optimize(model, quiet=as_json)
     report = report_json(result)
+    if precision != "fp32":
+        from .compiler.quantize import apply_precision
+
+        result.model, report["quantize"] = apply_precision(result.model, precision, tolerance=tolerance, calib=calib,
+                                                           method=calib_method, seed=seed, dims=_parse_dims(dims) or None)
     if verify:
         diffs = verify_models(original, result.model, seed=seed, dims=_parse_dims(dims))
         report["outputs"] = [d.to_json() for d in diffs]

@@ -141,3 +141,18 @@ def test_fixture_optimizes_from_cli(tmp_path):
     report = json.loads(result.stdout)
     assert report["max_rel_diff"] <= 1e-4
     assert report["nodes_after"] < report["nodes_before"]
+
+
+def test_optimize_fp16_repairs_the_overflow_fixture(tmp_path):
+    out = tmp_path / "o.onnx"
+    result = infc("optimize", FIXTURES / "overflow_fp16.onnx", "-o", out, "--precision", "fp16", "--tolerance", "0.01",
+                  "--verify", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["max_rel_diff"] <= 0.01
+    assert report["quantize"]["repair"]["pinned"], "the overflowing node must be pinned to fp32"
+
+
+def test_int8_without_calibration_data_is_bad_input(tmp_path):
+    assert_bad_input(infc("optimize", FIXTURES / "cnn_ts.onnx", "-o", tmp_path / "o.onnx", "--precision", "int8"), "calib")
+    assert not (tmp_path / "o.onnx").exists()

@@ -105,7 +105,7 @@ def repair_precision(original_fp32: onnx.ModelProto, converted: onnx.ModelProto,
 
 def _shortest_suffix(trials: _Trials, candidates: list[str], tolerance: float) -> list[str]:
     """The last k candidates, k found by binary search, such that pinning them is enough. When the
-    error is the sum of many small ones (a deep CNN), an fp32 tail near the outputs is what helps;
+    error is the sum of many small ones, an fp32 tail near the outputs is often enough by itself;
     this costs log2(N) trials, and the bisection then only searches inside the tail."""
     enough, not_enough = len(candidates), 0  # pinning all is enough (checked), none is not
     while enough - not_enough > 1:
