@@ -47,7 +47,7 @@ MAX_CACHED_SHAPES = 64  # distinct shape states remembered before the memo start
 PLAIN, SOURCE, STATIC = 0, 1, 2
 NONE_SLOT, SINK_SLOT = 0, 1  # slot 0 always holds None (omitted inputs); unnamed outputs land in slot 1
 # References to a donated input while the executor inspects it: its slot, the kernel's argument
-# list, the local name and getrefcount's own argument. More means someone else can see the buffer.
+# tuple, the local name and getrefcount's own argument. More means someone else can see the buffer.
 _DONATION_REFS = 4
 _getrefcount = sys.getrefcount
 
@@ -192,7 +192,6 @@ class Executor:
                 values[index] = value
         # a feed that overrides a weight (an initializer listed as a graph input) voids the memo
         memoize = feeds.keys().isdisjoint(self._weights)
-        step = None
         try:
             with blas_threads(1):  # see the module docstring: parallel work goes through parallel_for
                 if memoize and self._observer is None:

@@ -145,7 +145,7 @@ def conv_forward(x: np.ndarray, w: np.ndarray, bias, attrs, residual=None, memo:
     each block of output right after computing it, while it is in cache; the others after the
     whole output (and after the residual)."""
     plan = conv_plan(x.shape, x.dtype, w.shape, attrs, memo)
-    with blas_threads(1):  # the fast paths share their blocks with the helper thread (parallel_for) instead
+    with blas_threads(1):  # large GEMM blocks are shared with the helper thread (parallel_for) instead
         return _conv_forward(plan, x, w, bias, residual, memo, epilogue)
 
 
@@ -192,7 +192,7 @@ def _pointwise(x: np.ndarray, w: np.ndarray, bias, epilogue=None) -> np.ndarray:
     column = bias.reshape(m, 1) if bias is not None else None
     width = max(256, POINTWISE_BLOCK_BYTES // max(m * x.itemsize, 1))
     if width >= pixels:
-        y = np.matmul(weights, x.reshape(n, c, pixels) if n > 1 else x.reshape(c, pixels))
+        y = np.matmul(weights, x.reshape(n, c, pixels)) if n > 1 else product_into(weights, x.reshape(c, pixels))
         if column is not None:
             y += column
         if epilogue is not None:

@@ -12,7 +12,10 @@ their copy and the BLAS call that reads them.
 - dense (group 1): columns (C*taps, chunk), one GEMM per chunk (all images at once when small).
 
 A `Layout` depends on shapes only; kernels keep it, and the weights reordered for it, in the step's
-memo so repeated runs skip that Python work.
+memo so repeated runs skip that Python work. Small phase planes stay allocated between runs with
+their column views built once; column scratch comes from a per-thread pool; the GEMM blocks of a
+dense convolution are shared with the helper thread (gemm_impls.parallel_for); blocks may take an
+epilogue (the fused activation) while they are in cache.
 """
 
 from __future__ import annotations
@@ -186,7 +189,7 @@ def _chunks(total: int, size: int):
 def depthwise2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict, epilogue=None) -> np.ndarray:
     """One channel per group (w: (C, 1, kh, kw)), dilation 1. `epilogue(block)`, when given, runs in
     place on each (channels, 1, positions) block of wide output rows right after its product, while
-    it is in cache (an activation). Blocks are shared with a helper thread (parallel_for)."""
+    it is in cache (an activation)."""
     n, c = x.shape[:2]
     layout = layout_for(memo, x.shape, w.shape[2:], strides, pads_begin, pads_end, out)
     data = layout.planes(x)
@@ -208,12 +211,14 @@ def depthwise2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict, epil
         if epilogue is not None:
             epilogue(target)
 
-    parallel_for(len(items), run, x.nbytes * taps)
+    for index in range(len(items)):  # not shared with the helper thread: short calls, mostly holding the GIL
+        run(index)
     return layout.crop(wide, n, c)
 
 
 def dense2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict, epilogue=None) -> np.ndarray:
-    """Group 1, dilation 1. `epilogue(block)` as for depthwise2d, on (M, positions) blocks."""
+    """Group 1, dilation 1. `epilogue(block)` as for depthwise2d, on (M, positions) blocks; large
+    convolutions share their (column copy + GEMM) blocks with the helper thread."""
     n, c = x.shape[:2]
     m = w.shape[0]
     layout = layout_for(memo, x.shape, w.shape[2:], strides, pads_begin, pads_end, out)
