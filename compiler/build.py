@@ -94,15 +94,10 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         return build_decoder_plan(model_path, model, profile, output, options, log)
     check_profile_matches_model(profile, graph_inputs)
     fingerprint = cpu_fingerprint()
-    cache = EngineCache(options.cache_dir)
-    components = cache.components(model_path, profile.digest(), options.key_options(), fingerprint, __version__)
-    lookup = cache.lookup(model_path, components) if options.use_cache else None
-    report = {"plan": str(output), "target": options.target, "fingerprint": fingerprint, "cache_key": lookup.key if lookup else None}
-    if lookup and lookup.hit:
-        _copy_atomic(lookup.plan_path, output)
-        return {**report, "cache_hit": True, "cache_reason": "hit", "build_s": round(time.perf_counter() - started, 4),
-                **_summary_from_cache(cache, lookup.key)}
-    log(f"engine cache miss: {lookup.reason}" if lookup else "engine cache disabled (--no-cache)")
+    cache, components, lookup, report, hit = cache_front(model_path, profile, options.key_options(), fingerprint,
+                                                          options, output, started, log)
+    if hit:
+        return hit
 
     optimized = optimize_model(model)
     graph = import_graph(optimized.model)
@@ -138,6 +133,23 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     return {**report, "cache_hit": False, "cache_reason": lookup.reason if lookup else "disabled",
             "build_s": round(time.perf_counter() - started, 4), **_summary(meta),
             "timing_cache": tuning["cache_stats"], **({"verify": verify} if verify else {})}
+
+
+def cache_front(model_path: Path, profile: Profile, key_options: dict, fingerprint: dict, options: BuildOptions,
+                output: Path, started: float, log):
+    """The engine cache in front of a build: on a hit the plan is copied to `output` and the finished
+    report is returned as `hit`; on a miss the reason is logged and `hit` is None."""
+    cache = EngineCache(options.cache_dir)
+    components = cache.components(model_path, profile.digest(), key_options, fingerprint, __version__)
+    lookup = cache.lookup(model_path, components) if options.use_cache else None
+    report = {"plan": str(output), "target": options.target, "fingerprint": fingerprint, "cache_key": lookup.key if lookup else None}
+    if lookup and lookup.hit:
+        _copy_atomic(lookup.plan_path, output)
+        hit = {**report, "cache_hit": True, "cache_reason": "hit", "build_s": round(time.perf_counter() - started, 4),
+               **_summary_from_cache(cache, lookup.key)}
+        return cache, components, lookup, report, hit
+    log(f"engine cache miss: {lookup.reason}" if lookup else "engine cache disabled (--no-cache)")
+    return cache, components, lookup, report, None
 
 
 def _summary(meta: dict) -> dict:

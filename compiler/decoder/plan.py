@@ -12,7 +12,6 @@ import numpy as np
 import onnx
 
 from ... import __version__
-from ..engine_cache import EngineCache
 from ..errors import BadInput
 from ..graph import import_graph
 from ..lower import lower_graph, value_info
@@ -33,7 +32,7 @@ PLAN_KIND = "decoder"
 
 def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profile, output: Path, options,
                        log=lambda msg: None) -> dict:
-    from ..build import _copy_atomic, _summary, _summary_from_cache, weights_section  # noqa: PLC0415 - build imports us
+    from ..build import _summary, cache_front, weights_section  # noqa: PLC0415 - build imports us
 
     started = time.perf_counter()
     if options.precision != "fp32":
@@ -43,15 +42,10 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
     fingerprint = cpu_fingerprint()
     key_options = {**options.key_options(), "decoder": 1,
                    "tokenizer": hashlib.sha256(tokenizer).hexdigest() if tokenizer else None}
-    cache = EngineCache(options.cache_dir)
-    components = cache.components(model_path, profile.digest(), key_options, fingerprint, __version__)
-    lookup = cache.lookup(model_path, components) if options.use_cache else None
-    report = {"plan": str(output), "target": options.target, "fingerprint": fingerprint, "cache_key": lookup.key if lookup else None}
-    if lookup and lookup.hit:
-        _copy_atomic(lookup.plan_path, output)
-        return {**report, "cache_hit": True, "cache_reason": "hit", "build_s": round(time.perf_counter() - started, 4),
-                **_summary_from_cache(cache, lookup.key)}
-    log(f"engine cache miss: {lookup.reason}" if lookup else "engine cache disabled (--no-cache)")
+    cache, components, lookup, report, hit = cache_front(model_path, profile, key_options, fingerprint, options,
+                                                          output, started, log)
+    if hit:
+        return hit
 
     original_inputs = [value_info(t) for t in import_graph(model).inputs]
     optimized = optimize_model(model)
