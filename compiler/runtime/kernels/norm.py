@@ -39,27 +39,11 @@ def _affine(x, scale, bias, mean, var, eps):
 
 def _normalize(x2d: np.ndarray, eps: float, center: bool = True):
     """Rows of a 2-D array to zero mean (if `center`) and unit variance; also the row stats."""
-    scale = 1.0 / x2d.shape[-1]
-    if center:
-        mean = np.add.reduce(x2d, axis=-1, keepdims=True)
-        mean *= scale
-        centered = np.subtract(x2d, mean)
-    else:
-        mean, centered = None, x2d
-    inv_std = np.einsum("ij,ij->i", centered, centered).reshape(-1, 1)
-    inv_std *= scale
-    inv_std += eps
-    np.sqrt(inv_std, out=inv_std)
-    np.reciprocal(inv_std, out=inv_std)
-    if center:
-        centered *= inv_std
-        return centered, mean, inv_std
-    return np.multiply(x2d, inv_std), mean, inv_std
+    return _normalize_fast(x2d, eps, center)
 
 
 def _normalize_fast(x2d: np.ndarray, eps: float, center: bool, fresh: bool = False):
-    """`_normalize` for C-contiguous float32/float64 rows in few NumPy passes; `fresh`: x2d may be
-    overwritten. Row sums go through einsum: faster than np.add.reduce on short rows and, unlike a
+    """Row normalization in few NumPy passes; `fresh`: x2d may be overwritten. Row sums go through einsum: faster than np.add.reduce on short rows and, unlike a
     BLAS product with a ones vector, a row's result never depends on how many rows there are
     (decoder plans rely on batch invariance)."""
     scale = 1.0 / x2d.shape[1]
