@@ -173,21 +173,27 @@ def _is_plan(path: str) -> bool:
 @click.option("--profile", "profile_path", type=click.Path(dir_okay=False), help="Shape profile (YAML); default: the model's static shapes.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the plan.")
 @click.option("--target", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8", "w8"]), default="fp32", show_default=True)
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8", "w8"]), default="fp32", show_default=True,
+              help="fp16/bf16: fp32 islands + self-repair; int8: QDQ (needs --calib); w8: int8 weights (decoder plans).")
+@click.option("--tolerance", type=float, help="fp16/bf16: output error budget of the self-repair (default 1e-2).")
+@click.option("--calib", type=click.Path(), help="Calibration / verification inputs: an .npz or a folder of them.")
+@click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default="minmax", show_default=True)
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Engine and timing cache folder (default: ./cache or $INFC_CACHE_DIR).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the engine cache.")
 @click.option("--no-fallback", is_flag=True, help="Fail when an op has no native kernel instead of running it in onnxruntime.")
 @click.option("--verify", is_flag=True, help="Compare the plan's outputs with onnxruntime on the original model.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable build report on stdout.")
-def build(model, profile_path, output, target, precision, cache_dir, no_cache, no_fallback, verify, as_json):
+def build(model, profile_path, output, target, precision, tolerance, calib, calib_method, cache_dir, no_cache, no_fallback,
+          verify, as_json):
     """Build MODEL into a plan bound to this machine."""
     from .compiler.build import BuildOptions, build as run_build
     from .compiler.engine_cache import default_cache_dir
     from .compiler.plan_report import print_build_report
 
-    if precision != "fp32":
-        raise BadInput(f"--precision {precision}: not available yet in this build of infc (fp32 only)")
+    from .compiler.build_precision import PrecisionSettings
+
     options = BuildOptions(target=target, precision=precision, allow_fallback=not no_fallback, verify=verify,
+                           precision_settings=PrecisionSettings(tolerance, calib, calib_method),
                            use_cache=not no_cache, cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
                            show_progress=not as_json)
     log = (lambda msg: None) if as_json else (lambda msg: stderr.print(msg))
@@ -217,6 +223,9 @@ def build(model, profile_path, output, target, precision, cache_dir, no_cache, n
               help="Synthetic Poisson arrivals per second.")
 @click.option("--batching", type=click.Choice(["continuous", "static"]), default="continuous", show_default=True)
 @click.option("--max-num-seqs", type=click.IntRange(min=1), help="Decoder plans: most sequences per step (default: the plan's).")
+@click.option("--itl-factor", type=click.FloatRange(min=1, min_open=True),
+              help="Decoder plans: keep a step with decodes within this factor of a decode-only step by capping "
+                   "its prefill tokens (protects inter-token latency while long prompts are prefilled; default: no cap).")
 def run(plan, inputs_path, outputs_path, iterations, seed, as_json, **decode_options):
     """Run a plan: on given inputs or random ones, timing N iterations; a decoder plan serves requests."""
     import numpy as np
@@ -225,7 +234,8 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, **decode_opt
         _check_writable_output(outputs_path)
     if _plan_kind(plan) == "decoder":
         return _run_decoder(plan, outputs_path, seed, as_json, **decode_options)
-    given = [f"--{k.replace('_', '-')}" for k in ("prompt", "max_tokens", "workload", "num_requests", "max_num_seqs")
+    given = [f"--{k.replace('_', '-')}" for k in ("prompt", "max_tokens", "workload", "num_requests", "max_num_seqs",
+                                                  "itl_factor")
              if decode_options[k] is not None]
     if given:
         raise BadInput(f"{plan}: {given[0]} needs a decoder plan (this one is kind '{_plan_kind(plan)}')")
@@ -292,7 +302,7 @@ def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, worklo
                      dataclasses.replace(defaults, ignore_eos=True))
 
 
-def _run_decoder(plan, outputs_path, seed, as_json, batching, max_num_seqs, **request_options):
+def _run_decoder(plan, outputs_path, seed, as_json, batching, max_num_seqs, itl_factor, **request_options):
     from .compiler.runtime.engine import Engine, EngineConfig
     from .compiler.runtime.metrics import LiveDisplay, request_record
     from .compiler.runtime.scheduler import SchedulerConfig
@@ -307,7 +317,7 @@ def _run_decoder(plan, outputs_path, seed, as_json, batching, max_num_seqs, **re
                                 static_batching=batching == "static")
     num_kv_blocks = profile.get("num_kv_blocks") if isinstance(profile.get("num_kv_blocks"), int) else None
     is_streaming = request_options["prompt"] is not None and not as_json
-    engine = Engine(runner, EngineConfig(scheduler, num_kv_blocks, seed=seed), text,
+    engine = Engine(runner, EngineConfig(scheduler, num_kv_blocks, seed=seed, itl_factor=itl_factor), text,
                     on_text=(lambda seq, piece: click.echo(piece, nl=False)) if is_streaming else None)
     if as_json or is_streaming:
         seqs = engine.run(requests)

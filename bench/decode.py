@@ -57,13 +57,14 @@ def runner_factory(args):
 
 
 def serve(factory, requests, args, static=False, prefix_caching=True, max_num_batched_tokens=None, on_step=None,
-          max_num_seqs=None):
+          max_num_seqs=None, itl_factor=EngineConfig.itl_factor):
     runner = factory()
     profile = getattr(runner, "decode_profile", None) or {}
     max_num_seqs = max_num_seqs or args.max_num_seqs
     budget = max(max_num_batched_tokens or profile.get("max_num_batched_tokens", 512), max_num_seqs)
     num_blocks = args.num_kv_blocks or profile.get("num_kv_blocks") or 2048
-    config = EngineConfig(SchedulerConfig(max_num_seqs, budget, static_batching=static), num_blocks, prefix_caching)
+    config = EngineConfig(SchedulerConfig(max_num_seqs, budget, static_batching=static), num_blocks, prefix_caching,
+                          itl_factor=itl_factor)
     engine = Engine(runner, config, clock=runner.clock if args.fake else CLOCKS[args.clock])
     seqs = engine.run(requests, on_step=on_step)
     failed = [s.error for s in seqs if s.error]
@@ -116,9 +117,9 @@ def step_ratio_sweep(spec, args, sizes=(4, 8, 16, 32)):
     return ratios
 
 
-def long_prompt(factory, args, spec, chunk_tokens, num_running=8):
+def long_prompt(factory, args, spec, chunk_tokens, itl_factor, num_running=8):
     """Requests decode; at step 10 a long prompt arrives and is prefilled in chunks of what the
-    decodes leave of max_num_batched_tokens. ITLs of the running requests whose token landed
+    decodes leave of max_num_batched_tokens, capped by decode priority when itl_factor is set. ITLs of the running requests whose token landed
     while it was being prefilled, against the median of all their ITLs."""
     rng = np.random.default_rng(1)
     long_len = min(2048, spec.max_model_len - 16)
@@ -133,14 +134,15 @@ def long_prompt(factory, args, spec, chunk_tokens, num_running=8):
             state["long"] = engine.add_request(long)
 
     _, seqs, _ = serve(factory, background, args, max_num_batched_tokens=chunk_tokens, on_step=on_step,
-                       max_num_seqs=num_running + 1)
+                       max_num_seqs=num_running + 1, itl_factor=itl_factor)
     long_seq = state["long"]
     window = (long_seq.first_scheduled_s, long_seq.first_token_s)
     gaps = [(b - a, b) for s in seqs for a, b in zip(s.token_times_s, s.token_times_s[1:])]
     in_window = [gap for gap, at in gaps if window[0] < at <= window[1]]
     median = float(np.median([gap for gap, _ in gaps])) * 1e3
     p99_window = percentiles_ms(in_window)["p99"]
-    return {"long_prompt_tokens": long_len, "chunk_budget_tokens": chunk_tokens, "running_requests": num_running,
+    return {"long_prompt_tokens": long_len, "chunk_budget_tokens": chunk_tokens, "itl_factor": itl_factor,
+            "running_requests": num_running,
             "long_prompt_ttft_ms": (long_seq.first_token_s - long_seq.arrival_s) * 1e3,
             "prefill_steps": sum(1 for _, at in gaps if window[0] < at <= window[1]) // num_running,
             "itl_median_ms": median, "itl_p99_during_prefill_ms": p99_window,
@@ -224,11 +226,13 @@ def markdown(results) -> str:
                   f"{c['num_kv_blocks']} KV blocks); same tokens in both modes: {b['same_tokens']}.", ""]
     for r in results.get("long_prompt", [])[:1]:
         lines += [f"Long prompt: {r['long_prompt_tokens']} tokens arrive while {r['running_requests']} requests decode, "
-                  "and are prefilled in chunks of what the decodes leave of the step's token budget:", "",
-                  "| token budget | prefill steps | long prompt TTFT ms | running ITL median ms | ITL p99 during the prefill ms "
-                  "| p99 / median | ITL p99 over the run ms |", "|---|---|---|---|---|---|---|"]
+                  "and are prefilled in chunks of what the decodes leave of the step's token budget, with decode priority "
+                  "(the prefill tokens of a step with decodes capped so that the step stays within the ITL factor of a "
+                  "decode-only step, from the engine's online step-cost fit) or without:", "",
+                  "| token budget | ITL factor | prefill steps | long prompt TTFT ms | running ITL median ms | ITL p99 during the prefill ms "
+                  "| p99 / median | ITL p99 over the run ms |", "|---|---|---|---|---|---|---|---|"]
     for r in results.get("long_prompt", []):
-        lines.append(f"| {r['chunk_budget_tokens']} | {r['prefill_steps']} | {r['long_prompt_ttft_ms']:.0f} "
+        lines.append(f"| {r['chunk_budget_tokens']} | {r['itl_factor'] or 'off'} | {r['prefill_steps']} | {r['long_prompt_ttft_ms']:.0f} "
                      f"| {r['itl_median_ms']:.2f} | {r['itl_p99_during_prefill_ms']:.2f} | **{r['p99_over_median']:.2f}x** "
                      f"| {r['itl_p99_all_ms']:.2f} |")
     if results.get("long_prompt"):
@@ -261,7 +265,9 @@ def main():
     parser.add_argument("--num-requests", type=int, default=64)
     parser.add_argument("--max-len", type=int, default=256, help="prompt and output lengths are uniform in [16, MAX_LEN]")
     parser.add_argument("--repeats", type=int, default=2, help="runs of each batching mode, alternating; the fastest counts")
-    parser.add_argument("--chunk-tokens", default="32,128", help="token budgets of a step in the long-prompt test (comma separated)")
+    parser.add_argument("--chunk-tokens", default="512", help="token budgets of a step in the long-prompt test (comma separated)")
+    parser.add_argument("--itl-factors", default="off,1.5",
+                        help="decode-priority ITL factors in the long-prompt test (comma separated; off: no cap)")
     parser.add_argument("--hf-model", help="a transformers model folder or .gguf for the HF generate reference")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"which of {', '.join(PARTS)} to run")
     parser.add_argument("--output", help="results JSON (default bench/results/decode[-<plan name>]-<date>.json)")
@@ -296,7 +302,9 @@ def main():
         except Exception as exc:  # noqa: BLE001 - the reference is optional; keep the measured parts
             print(f"HF generate failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     if "long_prompt" in parts:
-        results["long_prompt"] = [long_prompt(factory, args, spec, int(budget)) for budget in args.chunk_tokens.split(",")]
+        factors = [None if f == "off" else float(f) for f in args.itl_factors.split(",")]
+        results["long_prompt"] = [long_prompt(factory, args, spec, int(budget), factor)
+                                  for budget in args.chunk_tokens.split(",") for factor in factors]
     if "prefix" in parts:
         results["prefix_caching"] = prefix_sharing(factory, args, spec)
     if "sweep" in parts:

@@ -69,10 +69,11 @@ class BlockManager:
             hits.append(block)
         return hits
 
-    def can_allocate(self, seq: Sequence, hits: list[int], num_new: int) -> bool:
+    def can_allocate(self, seq: Sequence, hits: list[int], num_new: int, keep_free: int = 0) -> bool:
+        """Whether the sequence's cached prefix and next num_new tokens fit, leaving keep_free blocks."""
         num_fresh = self.blocks_for(len(hits) * self.block_size + num_new) - len(hits)
         num_revived = sum(1 for b in hits if self.ref_counts[b] == 0)  # these leave the free queue
-        return num_fresh + num_revived <= self.num_free_blocks
+        return num_fresh + num_revived + keep_free <= self.num_free_blocks
 
     def allocate(self, seq: Sequence, hits: list[int], num_new: int) -> None:
         """Admit a sequence: share its cached prefix, then take blocks for its next num_new tokens."""

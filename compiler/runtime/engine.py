@@ -14,6 +14,7 @@ from .decode_api import ModelRunner, SeqChunk
 from .metrics import StepStats, summarize
 from .sampler import make_generator, sample_batch
 from .scheduler import Scheduler, SchedulerConfig
+from .step_cost import StepCostModel
 from .sequence import Request, Sequence, Status, request_problem
 from .text import StreamDetokenizer, TextCodec
 
@@ -26,6 +27,11 @@ class EngineConfig:
     num_kv_blocks: int | None = None  # None: enough for max_num_seqs full contexts, within free memory
     enable_prefix_caching: bool = True
     seed: int = 0  # sampling seed of the requests that bring none
+    # Decode priority for latency: a step carrying decodes is kept within this factor of a
+    # decode-only step by capping its prefill tokens (None: prefill chunks take whatever the token
+    # budget leaves, which is best for throughput; the cap costs some, see docs/decode-benchmark.md).
+    itl_factor: float | None = None
+    cold_prefill_cap: int = 64  # the cap until the step-cost model has seen steps of different sizes
 
 
 def pool_size(runner: ModelRunner, config: EngineConfig) -> int:
@@ -46,6 +52,10 @@ class Engine:
         runner.allocate_kv(num_blocks)
         self.blocks = BlockManager(num_blocks, self.spec.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config.scheduler, self.blocks)
+        self.step_cost = StepCostModel(config.itl_factor, config.cold_prefill_cap, self.spec.block_size) \
+            if config.itl_factor else None
+        if self.step_cost:
+            self.scheduler.prefill_cap = self.step_cost.prefill_cap
         self.stats = StepStats()
         self.sequences: list[Sequence] = []
         self.detokenizers: dict[Sequence, StreamDetokenizer] = {}
@@ -88,6 +98,8 @@ class Engine:
         run_s = self.clock()
         logits = self.runner.step(chunks)
         done_s = self.clock()
+        if self.step_cost:
+            self.step_cost.observe(sum(num_new for _, num_new in scheduled), done_s - run_s)
         finished = self._postprocess(scheduled, logits, done_s)
         self.stats.num_steps += 1
         self.stats.schedule_s += run_s - start_s

@@ -8,14 +8,21 @@ ones for `max_skip_steps` steps (aging); after that nothing passes it until it f
 out the newest running sequence is preempted: its blocks are freed and it is recomputed later
 (its computed blocks stay in the prefix cache, so the recompute is mostly cache hits).
 
-Static batching (the baseline): a batch of up to `max_num_seqs` waiting sequences is formed when the
-previous one has finished, and nothing else is admitted until all of its members finish.
+Decode priority: when the engine sets `prefill_cap` (step_cost.py), a step that carries decodes
+takes at most that many prefill tokens, so a long prompt cannot stretch the running requests'
+inter-token latency beyond a set factor of a decode-only step.
+
+Static batching (the baseline): a batch is formed when the previous one has finished, of up to
+`max_num_seqs` waiting sequences first come first served, as many as the free pool holds at their
+full length (prompt and max_tokens: a static batch cannot preempt, so it reserves its worst case);
+nothing else is admitted until all of its members finish.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 from .block_manager import BlockManager
 from .sequence import Sequence, Status
@@ -27,6 +34,9 @@ class SchedulerConfig:
     max_num_batched_tokens: int = 2048
     static_batching: bool = False
     max_skip_steps: int = 8
+    # Admission leaves this share of the pool free for the running sequences to grow into: admitting
+    # into the last blocks only to preempt (and recompute) someone a few steps later is pure loss.
+    watermark: float = 0.05
 
     def __post_init__(self):
         if self.max_num_seqs <= 0 or self.max_num_batched_tokens < self.max_num_seqs:
@@ -41,6 +51,7 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.static_batch: set[Sequence] = set()
         self.num_preemptions = 0
+        self.prefill_cap: Callable[[int], int | None] | None = None  # decodes in the step -> most prefill tokens
 
     def add(self, seq: Sequence) -> None:
         seq.status = Status.WAITING
@@ -55,7 +66,10 @@ class Scheduler:
         scheduled: dict[Sequence, int] = {}
         num_preemptions = self.num_preemptions
         decodes_first = sorted(self.running, key=lambda s: s.num_uncomputed > 1)  # stable: oldest first
+        is_capped = False
         for seq in decodes_first:
+            if not is_capped and seq.num_uncomputed > 1:
+                budget, is_capped = self._capped(budget, len(scheduled)), True
             num_new = min(seq.num_uncomputed, budget)
             if seq.status is not Status.RUNNING or num_new == 0:
                 continue
@@ -70,12 +84,33 @@ class Scheduler:
                 scheduled[seq] = num_new
                 budget -= num_new
         if self.num_preemptions == num_preemptions:
-            self._admit(scheduled, budget)
+            self._admit(scheduled, budget if is_capped else self._capped(budget, len(scheduled)))
         return list(scheduled.items())
+
+    def _keep_free(self) -> int:
+        # a static batch reserved its members' worst case when it was formed
+        if self.config.static_batching or not self.running:
+            return 0
+        return int(self.config.watermark * self.blocks.num_blocks)
+
+    def _capped(self, budget: int, num_decodes: int) -> int:
+        """The token budget left for prefill chunks after `num_decodes` decodes (decode priority)."""
+        cap = self.prefill_cap(num_decodes) if self.prefill_cap else None
+        return budget if cap is None else min(budget, cap)
+
+    def _static_batch(self) -> set[Sequence]:
+        batch, num_reserved = set(), 0
+        for seq in self.waiting:
+            need = self.blocks.blocks_for(len(seq.prompt_ids) + seq.params.max_tokens)
+            if len(batch) == self.config.max_num_seqs or batch and num_reserved + need > self.blocks.num_free_blocks:
+                break
+            batch.add(seq)
+            num_reserved += need
+        return batch
 
     def _admit(self, scheduled: dict[Sequence, int], budget: int) -> None:
         if self.config.static_batching and not self.static_batch and not self.running:
-            self.static_batch = set(list(self.waiting)[:self.config.max_num_seqs])
+            self.static_batch = self._static_batch()
         passed_over: list[Sequence] = []
         for seq in list(self.waiting):
             if budget <= 0 or len(self.running) >= self.config.max_num_seqs or self.blocks.num_free_blocks == 0:
@@ -84,7 +119,7 @@ class Scheduler:
                 break
             hits = self.blocks.prefix_hits(seq)
             num_new = min(seq.num_tokens - len(hits) * self.blocks.block_size, budget)
-            if self._prefix_in_flight(seq, len(hits)) or not self.blocks.can_allocate(seq, hits, num_new):
+            if self._prefix_in_flight(seq, len(hits)) or not self.blocks.can_allocate(seq, hits, num_new, self._keep_free()):
                 if seq.skipped_steps >= self.config.max_skip_steps:
                     break  # aged: nobody overtakes it any more
                 passed_over.append(seq)

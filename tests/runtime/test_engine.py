@@ -37,9 +37,10 @@ def working_set_blocks(requests, block_size=SPEC.block_size):
     return sum(-(-(len(r.prompt_ids) + r.params.max_tokens) // block_size) for r in requests)
 
 
-def serve(requests, num_kv_blocks=2000, prefix_caching=True, on_step=None, runner=None, **scheduler):
+def serve(requests, num_kv_blocks=2000, prefix_caching=True, on_step=None, runner=None, itl_factor=None, **scheduler):
     scheduler = {"max_num_seqs": 8, "max_num_batched_tokens": 64, **scheduler}
-    engine = Engine(runner or FakeRunner(SPEC), EngineConfig(SchedulerConfig(**scheduler), num_kv_blocks, prefix_caching))
+    engine = Engine(runner or FakeRunner(SPEC), EngineConfig(SchedulerConfig(**scheduler), num_kv_blocks, prefix_caching,
+                                                             itl_factor=itl_factor))
     seqs = engine.run(requests, on_step=on_step)
     return engine, seqs
 
@@ -83,7 +84,8 @@ def preempt_newest_every(num_steps):
     dict(max_num_batched_tokens=512, max_num_seqs=24),
     dict(prefix_caching=False),
     dict(on_step=preempt_newest_every(5)),
-], ids=["static", "chunk8", "chunk33", "chunk512", "no-prefix-cache", "forced-preemption"])
+    dict(itl_factor=1.2, max_num_batched_tokens=512, max_num_seqs=24),
+], ids=["static", "chunk8", "chunk33", "chunk512", "no-prefix-cache", "forced-preemption", "decode-priority"])
 def test_same_tokens_whatever_the_schedule(requests, alone, setup):
     engine, seqs = serve(requests, **setup)
     assert [s.output_ids for s in seqs] == alone
@@ -225,14 +227,14 @@ def test_cli_synthetic_workload_json(decoder_cli, tmp_path):
     assert [len(r["output_ids"]) for r in records] == [5] * 6
 
 
-def test_cli_static_and_continuous_agree(decoder_cli, tmp_path):
+def test_cli_static_continuous_and_decode_priority_agree(decoder_cli, tmp_path):
     outputs = {}
-    for batching in ("static", "continuous"):
-        out = tmp_path / f"{batching}.jsonl"
-        assert decoder_cli("--num-requests", 5, "--input-len", "3:40", "--output-len", "2:9", "--batching", batching,
+    for name, options in (("static", ["--batching", "static"]), ("continuous", []), ("itl", ["--itl-factor", 1.2])):
+        out = tmp_path / f"{name}.jsonl"
+        assert decoder_cli("--num-requests", 5, "--input-len", "3:40", "--output-len", "2:9", *options,
                            "--outputs", out).exit_code == 0
-        outputs[batching] = [json.loads(line)["output_ids"] for line in out.read_text().splitlines()]
-    assert outputs["static"] == outputs["continuous"]
+        outputs[name] = [json.loads(line)["output_ids"] for line in out.read_text().splitlines()]
+    assert outputs["static"] == outputs["continuous"] == outputs["itl"]
 
 
 def test_cli_prompt_streams_text(decoder_cli):

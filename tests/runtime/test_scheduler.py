@@ -123,3 +123,35 @@ def test_a_sequence_whose_prefix_is_being_computed_waits_for_the_hit():
 def test_config_must_let_every_decode_fit():
     with pytest.raises(ValueError, match="every running decode fits"):
         SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=8)
+
+
+def test_static_batch_reserves_each_members_full_length_in_the_pool():
+    # 8 blocks of 4 tokens; each request needs ceil((3 + 10) / 4) = 4 blocks at full length, so a
+    # static batch holds two of them even though max_num_seqs allows three
+    scheduler = make_scheduler(num_blocks=8, max_num_seqs=3, max_num_batched_tokens=64, static_batching=True)
+    seqs = [add(scheduler, 3, i, first_token=10 * i) for i in range(3)]
+    for seq in seqs:
+        seq.params = SamplingParams(max_tokens=10)
+    assert set(run_step(scheduler)) == {0, 1}
+    assert seqs[2].status is Status.WAITING
+
+
+def test_admission_keeps_the_watermark_free_while_others_run():
+    scheduler = make_scheduler(num_blocks=20, block_size=4, max_num_seqs=4, max_num_batched_tokens=64, watermark=0.25)
+    add(scheduler, 39, 0)  # 10 blocks (also with its first output token): an idle pool admits it
+    assert run_step(scheduler) == {0: 39}
+    add(scheduler, 20, 1, first_token=100)  # 5 more would leave 5 free, the watermark wants 5: fits
+    add(scheduler, 4, 2, first_token=200)  # 1 more would leave 4 free: waits
+    assert run_step(scheduler) == {0: 1, 1: 20}
+
+
+def test_prefill_cap_limits_prefill_tokens_only_in_steps_with_decodes():
+    scheduler = make_scheduler(max_num_seqs=4, max_num_batched_tokens=64)
+    scheduler.prefill_cap = lambda num_decodes: 5 * num_decodes if num_decodes else None
+    add(scheduler, 3, 0)
+    assert run_step(scheduler) == {0: 3}
+    add(scheduler, 30, 1, first_token=100)
+    assert run_step(scheduler) == {0: 1, 1: 5}  # one decode: at most 5 prefill tokens
+    assert run_step(scheduler) == {0: 1, 1: 5}
+    scheduler.finish(scheduler.running[0], "stop")
+    assert run_step(scheduler) == {1: 20}  # no decodes left: the whole budget
