@@ -115,7 +115,7 @@ def _island_step(graph: gs.Graph, nodes: list[gs.Node], islands: dict[str, bytes
     produced = {id(t) for n in nodes for t in n.outputs}
     inputs, seen = [], set()
     for n in nodes:
-        for t in n.inputs:
+        for t in [*n.inputs, *_outer_values(n)]:
             if not t.is_empty() and id(t) not in produced and id(t) not in seen and not isinstance(t, gs.Constant):
                 seen.add(id(t))
                 inputs.append(t)
@@ -139,6 +139,15 @@ def _island_step(graph: gs.Graph, nodes: list[gs.Node], islands: dict[str, bytes
     islands[name] = model.SerializeToString()
     return {"op": ISLAND_OP, "domain": "", "section": name, "ops": sorted({n.op for n in nodes}),
             "inputs": [t.name for t in inputs], "outputs": [t.name for t in outputs], "attrs": {}}
+
+
+def _outer_values(node: gs.Node) -> list[gs.Tensor]:
+    """Values an If/Loop/Scan body reads from the enclosing graph: the island must take them as inputs."""
+    local = set()
+    for sub in node.subgraphs(recursive=True):
+        local.update(id(t) for t in sub.inputs)
+        local.update(id(t) for n in sub.nodes for t in n.outputs)
+    return [t for sub in node.subgraphs(recursive=True) for n in sub.nodes for t in n.inputs if id(t) not in local]
 
 
 def _copy_node(node: gs.Node) -> gs.Node:

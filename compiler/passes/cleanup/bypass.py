@@ -8,8 +8,10 @@ import onnx_graphsurgeon as gs
 def bypass_reason(graph: gs.Graph, node: gs.Node, source: gs.Tensor) -> str | None:
     out = node.outputs[0]
     if out in graph.outputs and (source in graph.inputs or source in graph.outputs or isinstance(source, gs.Constant)
-                                 or len(source.inputs) != 1):
-        return "would wire a graph input, constant or another output straight to a graph output"
+                                 or len(source.inputs) != 1 or not any(n is source.inputs[0] for n in graph.nodes)):
+        # In a subgraph (an If branch, a Loop body) the source may come from the outer scope, and
+        # onnxruntime refuses a subgraph that returns an outer value directly.
+        return "would wire a graph input, constant, outer value or another output straight to a graph output"
     if out.dtype is not None and source.dtype is not None and out.dtype != source.dtype:
         return "input and output dtypes differ"
     return None

@@ -1,0 +1,69 @@
+"""Models with control flow (If) whose branches read outer-scope values: the optimizer must not make
+a branch return an outer value directly (onnxruntime refuses that), and a plan's onnxruntime island
+holding the If must receive the outer values its branches read. The shape follows exported voice
+activity detectors (an If on the sample rate around the whole network)."""
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from infc.compiler.lower import lower_graph
+from infc.compiler.graph import import_graph
+from infc.compiler.optimize import optimize_model
+from infc.compiler.runtime.executor import Executor
+from infc.compiler.runtime.kernels import has_kernel
+from infc.compiler.testing import assert_matches_ort
+from infc.compiler.verify import ort_session
+
+
+def _branch(name: str, scale: float) -> onnx.GraphProto:
+    # reads the outer `x` and `h`; returns an Identity of an outer value next to a computed one
+    nodes = [helper.make_node("Mul", ["x", f"{name}_scale"], [f"{name}_y"]),
+             helper.make_node("Identity", ["h"], [f"{name}_state"])]
+    scale_init = helper.make_tensor(f"{name}_scale", TensorProto.FLOAT, [], [scale])
+    outputs = [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, None),
+               helper.make_tensor_value_info(f"{name}_state", TensorProto.FLOAT, None)]
+    return helper.make_graph(nodes, name, [], outputs, [scale_init])
+
+
+def _model() -> onnx.ModelProto:
+    nodes = [helper.make_node("Relu", ["state"], ["h"]),
+             helper.make_node("Equal", ["sr", "sr16k"], ["is16k"]),
+             helper.make_node("If", ["is16k"], ["y", "state_out"], then_branch=_branch("then", 2.0),
+                              else_branch=_branch("else", 3.0))]
+    graph = helper.make_graph(
+        nodes, "vad_like",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8]),
+         helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, 4]),
+         helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8]),
+         helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor("sr16k", TensorProto.INT64, [], [16000])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _feeds(sr: int) -> dict:
+    rng = np.random.default_rng(0)
+    return {"x": rng.standard_normal((2, 8)).astype(np.float32),
+            "state": rng.standard_normal((2, 4)).astype(np.float32), "sr": np.array(sr, dtype=np.int64)}
+
+
+def test_optimized_branches_never_return_an_outer_value_directly():
+    model = _model()
+    optimized = optimize_model(model).model
+    for sr in (16000, 8000):
+        assert_matches_ort(model, optimized, feeds=_feeds(sr))  # onnxruntime loads and runs it
+
+
+def test_island_holding_an_if_receives_the_outer_values_its_branches_read():
+    model = _model()
+    program = lower_graph(import_graph(optimize_model(model).model), has_kernel, allow_fallback=True)
+    island = next(step for step in program.steps if step["op"] == "__island__")
+    assert {"x", "h"} <= set(island["inputs"])
+    names = [o["name"] for o in program.outputs]
+    executor = Executor(program.steps, program.weights, program.opset, program.islands, output_names=names)
+    for sr in (16000, 8000):
+        expected = ort_session(model).run(names, _feeds(sr))
+        actual = executor.run(_feeds(sr))
+        for name, ref in zip(names, expected):
+            np.testing.assert_allclose(actual[name], ref, rtol=1e-6)
