@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from .errors import InfcError
+from .errors import BadInput, InfcError
 from .feeds import random_feeds
 from .ort_env import require_onnxruntime
 
@@ -29,7 +29,7 @@ def ort_session(model: onnx.ModelProto, optimize: bool = False):
     ort = require_onnxruntime()
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # failures surface as our one-line errors, not as ORT's log lines
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -65,7 +65,7 @@ def verify_models(original: onnx.ModelProto, optimized: onnx.ModelProto, seed: i
     try:
         expected = ort_session(original).run(names, feeds)
     except Exception as exc:  # noqa: BLE001 - report ORT's reason in one line
-        raise InfcError(f"onnxruntime cannot run the original model on generated inputs "
+        raise BadInput(f"onnxruntime cannot run the original model on generated inputs "
                         f"({str(exc).splitlines()[0][:200]}); give inputs with --inputs or dims with --dim") from None
     try:
         actual = ort_session(optimized).run(names, feeds)
