@@ -68,8 +68,10 @@ def dequantize_linear(inputs, attrs, ctx):
 
 def dynamic_quantize_linear(inputs, attrs, ctx):
     x = inputs[0].astype(np.float32)
-    low, high = min(float(x.min()), 0.0) if x.size else 0.0, max(float(x.max()), 0.0) if x.size else 0.0
-    scale = np.float32((high - low) / 255.0)
+    # float32 arithmetic throughout, as onnxruntime does: a scale one ulp off flips quantization bins
+    low = np.minimum(x.min(), np.float32(0)) if x.size else np.float32(0)
+    high = np.maximum(x.max(), np.float32(0)) if x.size else np.float32(0)
+    scale = np.float32((high - low) / np.float32(255))
     zero_point = np.uint8(np.clip(np.rint(-low / scale), 0, 255)) if scale else np.uint8(0)
     y = np.clip(np.rint(x / scale) + zero_point, 0, 255).astype(np.uint8) if scale else np.zeros(x.shape, np.uint8)
     return [y, np.array(scale, dtype=np.float32), np.array(zero_point, dtype=np.uint8)]
