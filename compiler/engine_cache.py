@@ -11,13 +11,13 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 
+from .atomic import atomic_path, write_text_atomic
 from .target import fingerprint_id
 
 COMPONENTS = ("model", "profile", "options", "target", "infc_version")
@@ -90,14 +90,8 @@ class EngineCache:
         """Atomic: parallel builds of one key each rename a complete file into place."""
         self.engines.mkdir(parents=True, exist_ok=True)
         target = self.engines / f"{key}.plan"
-        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", suffix=".tmp", dir=self.engines)
-        os.close(fd)
-        try:
+        with atomic_path(target) as tmp:
             shutil.copyfile(built_plan, tmp)
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         record = {"key": key, "model_name": model_path.name, "model_path": str(model_path), "components": components,
                   "created": time.time(), **extra}
         _write_json_atomic(self.engines / f"{key}.json", record)
@@ -130,7 +124,4 @@ class EngineCache:
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import onnx
 from google.protobuf.message import DecodeError
 
+from .atomic import atomic_path
 from .errors import BadInput
 
 # Protobuf cannot serialize a message over 2 GiB; stay clear of it with some headroom.
@@ -87,29 +87,19 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
     if not os.access(folder, os.W_OK):
         raise BadInput(f"{path}: output folder '{folder}' is not writable")
     is_large = model.ByteSize() >= EXTERNAL_DATA_THRESHOLD_BYTES if _fits_bytesize(model) else True
-    try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot write: {exc.strerror or exc}") from None
-    os.close(fd)
     data_name = path.name + ".data"
-    tmp_data = folder / f".{data_name}.tmp"
     try:
-        if is_large:
-            # External data paths are relative to the model file, so they must name the final file.
-            onnx.save_model(model, tmp_name, save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=tmp_data.name, size_threshold=1024)
-            _rename_external_location(tmp_name, tmp_data.name, data_name)
-            os.replace(tmp_data, folder / data_name)
-        else:
-            onnx.save_model(model, tmp_name)
-        os.replace(tmp_name, path)
+        with atomic_path(path) as tmp_model:
+            if not is_large:
+                onnx.save_model(model, tmp_model)
+            else:
+                with atomic_path(folder / data_name) as tmp_data:  # renamed first: the model names it
+                    # External data paths are relative to the model file, so they must name the final file.
+                    onnx.save_model(model, tmp_model, save_as_external_data=True, all_tensors_to_one_file=True,
+                                    location=tmp_data.name, size_threshold=1024)
+                    _rename_external_location(tmp_model, tmp_data.name, data_name)
     except OSError as exc:
         raise BadInput(f"{path}: cannot write: {exc.strerror or exc}") from None
-    finally:
-        for leftover in (Path(tmp_name), tmp_data):
-            if leftover.exists():
-                leftover.unlink()
 
 
 def _fits_bytesize(model: onnx.ModelProto) -> bool:

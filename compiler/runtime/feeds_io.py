@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from ..atomic import atomic_path
 from ..errors import BadInput
 
 
@@ -23,15 +22,8 @@ def load_feeds(path: str) -> dict[str, np.ndarray]:
 
 
 def save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
-    folder = Path(path).parent if str(Path(path).parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".npz", dir=folder)
-    os.close(fd)
-    try:
+    with atomic_path(path, suffix=".npz") as tmp:  # np.savez appends .npz to names without it
         np.savez(tmp, **outputs)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def random_inputs(inputs: list[dict], shapes: dict[str, list[int]], table_rows: dict[str, int], seed: int = 0) -> dict:

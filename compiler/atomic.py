@@ -1,0 +1,40 @@
+"""Every file infc writes appears whole or not at all: it is written under a temporary name in the
+target folder and renamed into place, so a failure, a crash or a parallel writer never leaves a
+partial file behind (a rename within one folder is atomic)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+# mkstemp creates files readable by their owner only; a finished output gets the permissions a
+# plain open() would give it, so plans and caches can be shared (CI volumes, containers).
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]:
+    """A temporary path beside `path`: renamed onto `path` if the block succeeds, removed if not."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=folder)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, durable: bool = False) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        if durable:  # shared caches: the data reaches the disk before the name does
+            handle.flush()
+            os.fsync(handle.fileno())
