@@ -10,6 +10,10 @@ shapes the Shape steps observe (tracked as a small state machine over the observ
 skipped afterwards. Exporters emit long Shape -> Gather -> Unsqueeze -> Concat -> Reshape chains;
 this takes them off the per-run path without any shape inference at build time.
 
+Load-time fusion: without an observer, a convolution whose only reader is an elementwise step with
+scalar operands runs that step as its epilogue, block by block in cache (kernels/conv_epilogue.py).
+The plan keeps the steps as built, so device executors and observers see them unchanged.
+
 Buffer donation: a kernel marked `accepts_out` may write its first output into `ctx.out[0]`. When
 one of its inputs dies at that step and nothing else can see it (it owns its memory and the
 executor holds the only references), the executor offers that input's buffer there, so elementwise
@@ -37,6 +41,7 @@ from ..errors import BadInput, InfcError
 from .gemm_impls import blas_threads
 from .kernels import kernel_for
 from .kernels.common import KernelContext, decode_attrs
+from .kernels.conv_epilogue import fuse_conv_epilogues
 
 ISLAND_OP = "__island__"
 SHAPE_SOURCES = {("", "Shape"), ("", "Size")}  # outputs depend on the input's shape only
@@ -85,6 +90,8 @@ class Executor:
             consumed = {name for s in program_steps for name in s["inputs"]}
             output_names = [n for s in program_steps for n in s["outputs"] if n and n not in consumed]
         self.output_names = list(output_names)
+        if observer is None:  # an observer sees every value: it gets the program as planned
+            program_steps = fuse_conv_epilogues(program_steps, self._weights, set(self.output_names))
         self.input_names = _graph_inputs(program_steps, self._weights)
         self._steps = [self._prepare(step, islands or {}) for step in program_steps]
         self._assign_frees()

@@ -69,19 +69,22 @@ class blas_threads:  # noqa: N801 - used like a function: `with blas_threads(n):
     """Caps the BLAS thread count for the block (no-op for None). Not safe across Python threads.
     A class, not a generator context manager: it runs around every small GEMM."""
 
-    __slots__ = ("num_threads", "previous")
+    __slots__ = ("num_threads", "previous", "outer")
+    _pinned: int | None = None  # the count an enclosing block set (nested blocks asking the same are free)
 
     def __init__(self, num_threads: int | None):
         self.num_threads = num_threads
         self.previous = None
+        self.outer = None
 
     def __enter__(self) -> None:
-        if self.num_threads:
+        if self.num_threads and self.num_threads != blas_threads._pinned:
             controls = _thread_controls()
             self.previous = [get() for get, _ in controls]
             for (_, set_threads), count in zip(controls, self.previous):
                 if count != self.num_threads:
                     set_threads(self.num_threads)
+            self.outer, blas_threads._pinned = blas_threads._pinned, self.num_threads
 
     def __exit__(self, *exc) -> None:
         if self.previous is not None:
@@ -89,6 +92,7 @@ class blas_threads:  # noqa: N801 - used like a function: `with blas_threads(n):
                 if count != self.num_threads:
                     set_threads(count)
             self.previous = None
+            blas_threads._pinned = self.outer
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The kernel registry: a data table (domain, op) -> kernel, merged from each family's KERNELS dict.
 
 Domains: "" is the default ONNX domain (also spelled "ai.onnx"), "com.microsoft" ORT's contrib ops,
-"infc.cpu" the build's own lowered forms (tuned GEMMs).
+"infc.cpu" the build's own lowered forms (tuned GEMMs, elementwise chains, convolution epilogues).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from . import (activation, attention, cast, conv, elementwise, gather_scatter, g
                reduce, resize, rnn, shape, signal, tuned_gemm, vision)
 from . import paged_attention
 from . import chain
+from . import conv_epilogue
 
 FAMILIES = (elementwise, cast, activation, reduce, shape, gather_scatter, conv, pool, gemm, norm, attention, resize,
-            quant, loss, vision, signal, rnn, tuned_gemm, paged_attention, chain)
+            quant, loss, vision, signal, rnn, tuned_gemm, paged_attention, chain, conv_epilogue)
 
 
 def _merge() -> dict[tuple[str, str], Callable]:

@@ -180,18 +180,27 @@ def _rotate(x_BSNH: np.ndarray, cos_full: np.ndarray, sin_signed: np.ndarray, in
     return out
 
 
+_LAST_TABLES: list = [None]  # the last tables built by any step: the rotary steps of one run share their caches
+
+
 def _rotary_tables(cos_cache, sin_cache, half: int, interleaved: bool, dtype, memo: dict | None):
-    """(cos twice, -sin / +sin) tables over the caches' positions, kept while the same caches come back."""
-    cached = memo.get("tables") if memo is not None else None
-    if cached is not None and cached[0] is cos_cache and cached[1] is sin_cache and cached[2] == (half, interleaved, dtype):
-        return cached[3]
+    """(cos twice, -sin / +sin) tables over the caches' positions, kept while the same caches come back
+    (weights: per step; caches computed from the positions each run: shared by that run's steps)."""
+    params = (half, interleaved, dtype)
+    for cached in (memo.get("tables") if memo is not None else None, _LAST_TABLES[0]):
+        if cached is not None and cached[0] is cos_cache and cached[1] is sin_cache and cached[2] == params:
+            if memo is not None:
+                memo["tables"] = cached
+            return cached[3]
     cos, sin = cos_cache[..., :half].astype(dtype, copy=False), sin_cache[..., :half].astype(dtype, copy=False)
     if interleaved:
         tables = (np.repeat(cos, 2, axis=-1), np.stack([-sin, sin], axis=-1).reshape(*sin.shape[:-1], 2 * half))
     else:
         tables = (np.concatenate([cos, cos], axis=-1), np.concatenate([-sin, sin], axis=-1))
+    entry = (cos_cache, sin_cache, params, tables)
+    _LAST_TABLES[0] = entry
     if memo is not None:
-        memo["tables"] = (cos_cache, sin_cache, (half, interleaved, dtype), tables)
+        memo["tables"] = entry
     return tables
 
 

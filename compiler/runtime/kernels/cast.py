@@ -17,7 +17,8 @@ def cast_array(x: np.ndarray, dtype: np.dtype, saturate: bool = True) -> np.ndar
     if x.dtype == dtype:
         return x
     if x.dtype.kind in _PLAIN_KINDS and dtype.kind in _PLAIN_KINDS:
-        return x.astype(dtype)
+        with np.errstate(over="ignore"):  # a float too large for the target becomes inf: ONNX's Cast semantics
+            return x.astype(dtype)
     if dtype == object:
         return _to_strings(x)
     if x.dtype == object:

@@ -98,31 +98,46 @@ INTO = {
 }
 
 
+def compile_ops(ops) -> tuple[list, int]:
+    """Per op (run, [(is_register, index)], attrs, destination register or -1 for the output), and
+    the number of registers: a result's register is reused once its last reader has run."""
+    program = []
+    registers, free, last_use = 0, [], {}
+    for k, op in enumerate(ops):
+        for a in op["args"]:
+            if a is not None and a < 0:
+                last_use[-1 - a] = k
+    where = {}  # op result -> register
+    for k, op in enumerate(ops):
+        refs = [(False, -1) if a is None else (False, a) if a >= 0 else (True, where[-1 - a]) for a in op["args"]]
+        for a in op["args"]:  # registers of results whose last use is this op are free for its result
+            if a is not None and a < 0 and last_use[-1 - a] == k and where[-1 - a] not in free:
+                free.append(where[-1 - a])
+        if k == len(ops) - 1:
+            destination = -1
+        elif free:
+            destination = free.pop()
+        else:
+            destination, registers = registers, registers + 1
+        where[k] = destination
+        program.append((INTO[(op.get("domain") or "", op["op"])], refs, op.get("attrs") or {}, destination))
+    return program, registers
+
+
+def run_program(program, operands, target, registers) -> None:
+    """One block: every op in order, the last one writing `target` (which may be operands[0])."""
+    spare = registers[-1]
+    for run, refs, op_attrs, destination in program:
+        args = [registers[i] if is_register else (operands[i] if i >= 0 else None) for is_register, i in refs]
+        run(args, op_attrs, target if destination < 0 else registers[destination], spare)
+
+
 class _Plan:
     """How one set of input shapes runs: the chunks, and per op its operands and destination."""
 
     def __init__(self, inputs, ops, dtype, shape):
         self.shape, self.dtype = shape, dtype
-        self.program = []  # (run, [(is_register, index)], attrs, destination register or -1 for the output)
-        registers, free, last_use = 0, [], {}
-        for k, op in enumerate(ops):
-            for a in op["args"]:
-                if a is not None and a < 0:
-                    last_use[-1 - a] = k
-        where = {}  # op result -> register
-        for k, op in enumerate(ops):
-            refs = [(False, -1) if a is None else (False, a) if a >= 0 else (True, where[-1 - a]) for a in op["args"]]
-            for a in op["args"]:  # registers of results whose last use is this op are free for its result
-                if a is not None and a < 0 and last_use[-1 - a] == k and where[-1 - a] not in free:
-                    free.append(where[-1 - a])
-            if k == len(ops) - 1:
-                destination = -1
-            elif free:
-                destination = free.pop()
-            else:
-                destination, registers = registers, registers + 1
-            where[k] = destination
-            self.program.append((INTO[(op.get("domain") or "", op["op"])], refs, op.get("attrs") or {}, destination))
+        self.program, registers = compile_ops(ops)
         self.chunks = list(_chunks(shape, [None if x is None else x.shape for x in inputs]))
         self.registers = registers + 1  # + the spare
         self._scratch: dict[int, dict] = {}  # thread -> chunk shape -> register views
@@ -208,12 +223,7 @@ def elementwise_chain(inputs, attrs, ctx):
     def chunk(number):
         index, chunk_shape, per_input = chunks[number]
         operands = [x if i is None or x is None else x[i] for x, i in zip(inputs, per_input)]
-        target = out if index is None else out[index]
-        registers = plan.scratch(chunk_shape)
-        spare = registers[-1]
-        for run, refs, op_attrs, destination in program:
-            args = [registers[i] if is_register else (operands[i] if i >= 0 else None) for is_register, i in refs]
-            run(args, op_attrs, target if destination < 0 else registers[destination], spare)
+        run_program(program, operands, out if index is None else out[index], plan.scratch(chunk_shape))
 
     for number in range(len(chunks)):  # not shared with the helper thread: many short NumPy calls hold the GIL
         chunk(number)

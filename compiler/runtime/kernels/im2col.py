@@ -8,8 +8,8 @@ chunk of output positions. Outputs are computed on the phase's full width ("wide
 columns are cropped when the bias is added. Blocks are sized so the columns stay in cache between
 their copy and the BLAS call that reads them.
 
-- depthwise: columns (b, taps, chunk), one batched matrix-vector product with the per-channel taps.
-- dense (group 1): columns (C*taps, chunk), one GEMM per chunk (all images at once when small).
+Dense convolutions (group 1): columns (C*taps, chunk), one GEMM per chunk (all images at once when
+small). Depthwise convolutions have their own path (depthwise.py).
 
 A `Layout` depends on shapes only; kernels keep it, and the weights reordered for it, in the step's
 memo so repeated runs skip that Python work. Small phase planes stay allocated between runs with
@@ -149,13 +149,11 @@ class Layout:
         np.copyto(out, wide.reshape(n, channels, self.out_h, self.cols)[..., :self.out_w])
         return out
 
-    def reordered(self, w: np.ndarray, bias, memo: dict, depthwise: bool) -> np.ndarray:
-        """Weights as (N*C, 1, taps [+ bias]) for depthwise, (M, C*taps [+ bias]) for dense; cached
-        while the same weight and bias arrays (and batch size) come back."""
-        tiles = self.images if depthwise else 1
+    def reordered(self, w: np.ndarray, bias, memo: dict) -> np.ndarray:
+        """Weights as (M, C*taps [+ bias]); cached while the same weight and bias arrays come back."""
         cached = memo.get("weights")
-        if cached is not None and cached[0] is w and cached[1] is bias and cached[2] == tiles:
-            return cached[3]
+        if cached is not None and cached[0] is w and cached[1] is bias:
+            return cached[2]
         m = w.shape[0]
         taps = w.reshape(m, w.shape[1], -1)
         if not self.is_natural_order:
@@ -163,11 +161,8 @@ class Layout:
         taps = taps.reshape(m, -1)
         if bias is not None:
             taps = np.concatenate([taps, bias.reshape(m, 1).astype(taps.dtype)], axis=1)
-        if depthwise:
-            taps = taps.reshape(m, 1, -1)
-            taps = np.tile(taps, (tiles, 1, 1)) if tiles > 1 else taps
         result = np.ascontiguousarray(taps)
-        memo["weights"] = (w, bias, tiles, result)
+        memo["weights"] = (w, bias, result)
         return result
 
 
@@ -186,44 +181,15 @@ def _chunks(total: int, size: int):
         yield start, min(start + size, total)
 
 
-def depthwise2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict, epilogue=None) -> np.ndarray:
-    """One channel per group (w: (C, 1, kh, kw)), dilation 1. `epilogue(block)`, when given, runs in
-    place on each (channels, 1, positions) block of wide output rows right after its product, while
-    it is in cache (an activation)."""
-    n, c = x.shape[:2]
-    layout = layout_for(memo, x.shape, w.shape[2:], strides, pads_begin, pads_end, out)
-    data = layout.planes(x)
-    weights = layout.reordered(w, bias, memo, depthwise=True)
-    ones = bias is not None
-    taps = len(layout.order) + ones
-    budget = CACHE_BYTES // (taps * x.itemsize)  # channel-positions per block
-    width = min(layout.length, max(budget, 64))
-    block = max(1, min(n * c, budget // width))
-    wide = layout.wide_buffer((n * c, 1, layout.length), x.dtype)
-    items = [(slice(first, last), start, stop) for first, last in _chunks(n * c, block)
-             for start, stop in _chunks(layout.length, width)]
-
-    def run(index):
-        channels, start, stop = items[index]
-        target = wide[channels, :, start:stop]
-        scratch = layout.scratch(block * taps * width, x.dtype)
-        np.matmul(weights[channels], layout.columns(data, scratch, channels, start, stop, ones), out=target)
-        if epilogue is not None:
-            epilogue(target)
-
-    for index in range(len(items)):  # not shared with the helper thread: short calls, mostly holding the GIL
-        run(index)
-    return layout.crop(wide, n, c)
-
-
 def dense2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict, epilogue=None) -> np.ndarray:
-    """Group 1, dilation 1. `epilogue(block)` as for depthwise2d, on (M, positions) blocks; large
+    """Group 1, dilation 1. `epilogue(block)`, when given, runs in place on each (M, positions)
+    block of wide output rows right after its product, while it is in cache (an activation); large
     convolutions share their (column copy + GEMM) blocks with the helper thread."""
     n, c = x.shape[:2]
     m = w.shape[0]
     layout = layout_for(memo, x.shape, w.shape[2:], strides, pads_begin, pads_end, out)
     data = layout.planes(x)
-    weights = layout.reordered(w, bias, memo, depthwise=False)
+    weights = layout.reordered(w, bias, memo)
     ones = bias is not None
     taps = len(layout.order)
     rows = c * taps
