@@ -3,6 +3,8 @@ lower with batch-invariant GEMMs, smoke-run one mixed prefill/decode step, write
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import json
 import time
@@ -18,6 +20,8 @@ from ..lower import lower_graph, value_info
 from ..optimize import optimize_model
 from ..plan.format import write_plan
 from ..profile import Profile, check_profile_matches_model
+from ..quantize.greedy_agreement import greedy_agreement
+from ..quantize.weight_only import COMPUTE as W8_COMPUTE, quantize_program_weights
 from ..runtime.decode_api import SeqChunk
 from ..runtime.executor import Executor
 from ..runtime.kernels import has_kernel
@@ -25,9 +29,11 @@ from ..runtime.model_runner import PagedModelRunner
 from ..target import cpu_fingerprint
 from .canonicalize import canonicalize
 from .float64 import use_float64_gemms
+from .mask_check import check_causal_masks
 from .sites import find_sites
 
 PLAN_KIND = "decoder"
+DECODER_PRECISIONS = ("fp32", "w8")
 
 
 def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profile, output: Path, options,
@@ -35,9 +41,9 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
     from ..build import _summary, cache_front, weights_section  # noqa: PLC0415 - build imports us
 
     started = time.perf_counter()
-    if options.precision != "fp32":
-        raise BadInput(f"--precision {options.precision}: decoder plans are fp32 for now (GEMMs run in float64 "
-                       "for batch invariance)")
+    if options.precision not in DECODER_PRECISIONS:
+        raise BadInput(f"--precision {options.precision}: decoder plans are {' or '.join(DECODER_PRECISIONS)} "
+                       "(w8: int8 weights; activations stay fp32, GEMMs run in float64 for batch invariance)")
     tokenizer = _tokenizer(model_path)
     fingerprint = cpu_fingerprint()
     key_options = {**options.key_options(), "decoder": 1,
@@ -54,10 +60,12 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
     past = {t.name for s in sites for t in s.past}
     check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past)
     decoder = _spec(sites, profile, optimized.model, [t for t in graph.outputs if not _is_present(t, sites)])
+    check_causal_masks(graph, sites, decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
     decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"]))
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
     use_float64_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
     _smoke_run(program, decoder)
+    precision = weight_only_int8(program, decoder, log) if options.precision == "w8" else None
     if tokenizer is None:
         log("no tokenizer.json next to the model: the plan runs token ids only")
     blob, weight_table = weights_section(program.weights)
@@ -66,14 +74,26 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
         "model": {"name": model_path.name, "sha256": components["model"]}, "profile": profile.normalized(),
         "options": key_options, "inputs": program.inputs, "outputs": program.outputs, "program": program.steps,
         "weights": weight_table, "memory": {"arena_bytes": 0, "sum_activation_bytes": 0},
-        "tuning": [], "fallback_ops": program.fallback_ops, "decoder": decoder,
+        "tuning": [], "fallback_ops": program.fallback_ops, "decoder": decoder, "precision": precision,
     }
     sections = {"weights": blob, **program.islands, **({"tokenizer": tokenizer} if tokenizer else {})}
     write_plan(output, meta, sections)
     if options.use_cache:
         cache.store(lookup.key, output, model_path, components, {"summary": _summary(meta)})
     return {**report, "cache_hit": False, "cache_reason": lookup.reason if lookup else "disabled",
-            "build_s": round(time.perf_counter() - started, 4), **_summary(meta), "decoder": _brief(decoder)}
+            "build_s": round(time.perf_counter() - started, 4), **_summary(meta), "decoder": _brief(decoder),
+            **({"precision": precision} if precision else {})}
+
+
+def weight_only_int8(program, decoder: dict, log) -> dict:
+    """Quantize the GEMM weights in place; the plan's accuracy entry: greedy-token agreement of the
+    w8 program with the fp32 one on a few seeded prompts."""
+    reference = dataclasses.replace(program, steps=copy.deepcopy(program.steps), weights=dict(program.weights))
+    w8 = quantize_program_weights(program)
+    log(f"w8: {w8.num_weights} GEMM weights to int8; checking greedy tokens against fp32")
+    greedy = greedy_agreement(reference, program, decoder)
+    return {"precision": "w8", "compute": W8_COMPUTE, "w8": w8.to_json(),
+            "accuracy": {"reference": "the fp32 program", "greedy": greedy}}
 
 
 def _attention_rejections(optimized) -> dict[str, int]:

@@ -19,11 +19,13 @@ NUM_REPAIR_SAMPLES = 3
 
 
 def apply_precision(model: onnx.ModelProto, precision: str, tolerance: float | None = None, calib: str | None = None,
-                    method: str = "minmax", seed: int = 0, dims: dict | None = None) -> tuple[onnx.ModelProto, dict]:
-    """`model`: fp32 ONNX (typically optimize_model's output). fp16/bf16: convert, then, with a
-    `tolerance`, run fp32 and the result in onnxruntime and pin nodes to fp32 until the max relative
-    output error is within it. int8: QDQ calibrated on `calib` (an .npz or a folder of them) with
-    `method`. Returns the model and a JSON-ready report."""
+                    method: str = "minmax", seed: int = 0, dims: dict | None = None, kernels: str = "onnxruntime",
+                    feeds_list: list[dict] | None = None, metric: str = "q_rel") -> tuple[onnx.ModelProto, dict]:
+    """`model`: fp32 ONNX (typically optimize_model's output). fp16/bf16: convert for the runtime
+    `kernels` (fp32_ops.KERNEL_SETS), then, with a `tolerance`, run fp32 and the result in onnxruntime
+    and pin nodes to fp32 until the output error (`metric`, accuracy.py) is within it; the inputs are
+    `feeds_list`, else the first calibration samples, else seeded random ones. int8: QDQ calibrated on
+    `calib` (an .npz or a folder of them) with `method`. Returns the model and a JSON-ready report."""
     if precision not in PRECISIONS:
         raise BadInput(f"--precision {precision}: expected one of {', '.join(PRECISIONS)}")
     if precision == "int8":
@@ -31,14 +33,14 @@ def apply_precision(model: onnx.ModelProto, precision: str, tolerance: float | N
             raise BadInput("--precision int8 needs calibration data: --calib FILE.npz or a folder of .npz files")
         quantized, report = quantize_int8(model, iter_calibration(calib, model), method)
         return quantized, {"precision": precision, "int8": report.to_json()}
-    converted, report = convert_precision(model, precision)
+    converted, report = convert_precision(model, precision, kernels=kernels)
     result = {"precision": precision, "conversion": report.to_json()}
     if tolerance is None:
         return converted, result
-    if calib is not None:
+    if feeds_list is None and calib is not None:
         feeds_list = list(itertools.islice(iter_calibration(calib, model), NUM_REPAIR_SAMPLES))
-    else:
+    if feeds_list is None:
         feeds_list = [random_feeds(model, seed + k, dims) for k in range(NUM_REPAIR_SAMPLES)]
-    repaired, repair = repair_precision(model, converted, tolerance, feeds_list)
+    repaired, repair = repair_precision(model, converted, tolerance, feeds_list, metric=metric)
     result["repair"] = repair.to_json()
     return repaired, result

@@ -57,6 +57,20 @@ FOLLOW_FP32_OPS = frozenset({
     "Identity", "Split", "Tile", "Pad",
 })
 
+# The runtime a conversion plans kernels for (`convert_precision(kernels=...)`):
+#   "onnxruntime": ORT's CPU provider, asked node by node (kernels.py);
+#   "infc-cpu": infc's NumPy runtime, whose exact low-precision ops are the ones in INFC_CPU_LOW_OPS;
+#     every other op is emulated (fp32 between Casts): what an fp32-accumulating GPU kernel computes,
+#     and the only fast path on a CPU (NumPy has no bf16 arithmetic and no fp16 BLAS);
+#   "all": whatever the operator schema allows (the pure low-precision graph, for GPUs).
+KERNEL_SETS = ("onnxruntime", "infc-cpu", "all")
+_DATA_MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Slice", "Gather",
+                            "GatherElements", "GatherND", "Expand", "Identity", "Split", "Tile", "Where",
+                            "DepthToSpace", "SpaceToDepth", "Cast"})
+INFC_CPU_LOW_OPS = {onnx.TensorProto.FLOAT16: _DATA_MOVEMENT, onnx.TensorProto.BFLOAT16: frozenset({"Cast"})}
+# Ops of infc's runtime that read a low-precision value without computing in it (Shape's T, Cast's T1).
+INFC_CPU_READERS = frozenset({"Shape", "Size", "Cast", "CastLike"})
+
 # Nodes whose float output type is set by an attribute rather than by an input: how to retype them.
 ATTRIBUTE_TYPED_OPS = {"Cast": "to", "ConstantOfShape": "value"}
 

@@ -12,6 +12,8 @@ import onnx
 from .fp32_ops import (
     ATTRIBUTE_TYPED_OPS,
     FOLLOW_FP32_OPS,
+    INFC_CPU_LOW_OPS,
+    INFC_CPU_READERS,
     NUMPY_DTYPES,
     fits,
     retyped_attribute_node,
@@ -45,7 +47,7 @@ class _Context:
     low: int
     fp32_ops: dict[str, str]
     pinned: set[str]
-    probe_ort: bool
+    kernels: str  # fp32_ops.KERNEL_SETS
     homes: dict[str, int] = field(default_factory=dict)
     index_valued: set[str] = field(default_factory=set)
     feeds_subgraph: set[str] = field(default_factory=set)
@@ -56,8 +58,8 @@ class _Context:
 
 
 def plan_nodes(model: onnx.ModelProto, types: dict[str, ValueType], sources: dict[str, np.ndarray], low: int,
-               keep_io_types: bool, fp32_ops: dict[str, str], pinned: set[str], probe_ort: bool):
-    ctx = _Context(model, types, sources, low, fp32_ops, pinned, probe_ort)
+               keep_io_types: bool, fp32_ops: dict[str, str], pinned: set[str], kernels: str):
+    ctx = _Context(model, types, sources, low, fp32_ops, pinned, kernels)
     ctx.homes = {name: FLOAT for name in sources}
     initializers = {t.name for t in model.graph.initializer}
     for value in model.graph.input:
@@ -97,12 +99,27 @@ def _plan(ctx: _Context, node, params, runtime_inputs, groups) -> NodePlan:
     state, reason = _decide(ctx, node, params, converts, runtime_inputs)
     if state == LOW and unconvertible:
         state, reason = EMULATED, f"the operator schema at this opset has no {_short(ctx.low)}"
-    elif state == LOW and ctx.probe_ort and not _runs(ctx, node, params, converts, free):
-        state, reason = EMULATED, f"no {_short(ctx.low)} kernel in onnxruntime CPU"
-    elif (state == KEEP and free and ctx.probe_ort and any(ctx.homes.get(n) == ctx.low for _, n in params)
-          and not _runs(ctx, node, params, converts, free)):
-        state, reason = FP32, f"no kernel reading {_short(ctx.low)} in onnxruntime CPU"
+    elif state == LOW and not _has_low_kernel(ctx, node, params, converts, free):
+        state, reason = EMULATED, f"no {_short(ctx.low)} kernel in {_RUNTIME_NAMES[ctx.kernels]}"
+    elif (state == KEEP and free and any(ctx.homes.get(n) == ctx.low for _, n in params)
+          and not _has_reader(ctx, node, params, converts, free)):
+        state, reason = FP32, f"no kernel reading {_short(ctx.low)} in {_RUNTIME_NAMES[ctx.kernels]}"
     return NodePlan(state, reason, converts, free)
+
+
+_RUNTIME_NAMES = {"onnxruntime": "onnxruntime CPU", "infc-cpu": "infc's CPU runtime", "all": "the schema"}
+
+
+def _has_low_kernel(ctx: _Context, node, params, converts, free) -> bool:
+    if ctx.kernels == "infc-cpu":
+        return node.domain in ("", "ai.onnx") and node.op_type in INFC_CPU_LOW_OPS[ctx.low]
+    return ctx.kernels == "all" or _runs(ctx, node, params, converts, free)
+
+
+def _has_reader(ctx: _Context, node, params, converts, free) -> bool:
+    if ctx.kernels == "infc-cpu":
+        return node.domain in ("", "ai.onnx") and node.op_type in INFC_CPU_READERS
+    return ctx.kernels == "all" or _runs(ctx, node, params, converts, free)
 
 
 def _decide(ctx: _Context, node, params, converts, runtime_inputs) -> tuple[str, str]:

@@ -1,9 +1,10 @@
 """fp16 / bf16 conversion of an ONNX model (optimized by infc or not) that onnxruntime runs on CPU.
 
 Weights and activations are stored in the low precision; graph inputs and outputs keep their types
-(Casts at the boundary) unless `keep_io_types=False`; the ops in `fp32_ops` compute in fp32; with
-`probe_ort`, ops that onnxruntime's CPU provider cannot run in that type compute in fp32 between
-Casts, so the numerics stay those of the low-precision model (bf16 on ORT CPU is mostly that).
+(Casts at the boundary) unless `keep_io_types=False`; the ops in `fp32_ops` compute in fp32; ops
+that the target runtime (`kernels`, see fp32_ops.KERNEL_SETS) cannot run in that type compute in
+fp32 between Casts, so the numerics stay those of the low-precision model (bf16 on ORT CPU is mostly
+that).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import onnx
 
 from ..errors import BadInput
 from .emit import Emitter
-from .fp32_ops import DEFAULT_FP32_OPS, LOW_PRECISIONS
+from .fp32_ops import DEFAULT_FP32_OPS, KERNEL_SETS, LOW_PRECISIONS
 from .graph_types import opsets, signature, value_types
 from .model_parts import drop_unused, float_constants, named_nodes, set_metadata
 from .opset_upgrade import ensure_opset
@@ -63,11 +64,13 @@ class Prepared:
 
 def convert_precision(model: onnx.ModelProto | Prepared, precision: str, keep_io_types: bool = True,
                       fp32_ops: dict[str, str] | None = None, pinned=frozenset(),
-                      probe_ort: bool = True) -> tuple[onnx.ModelProto, PrecisionReport]:
+                      kernels: str = "onnxruntime") -> tuple[onnx.ModelProto, PrecisionReport]:
     """The model in `precision` ("fp16" or "bf16") and what was kept in fp32 and why. `pinned`: node
     names to compute in fp32 (unnamed nodes are `<op>_<index>`), as `repair_precision` finds them."""
     if precision not in LOW_PRECISIONS:
         raise BadInput(f"--precision {precision}: expected one of {', '.join(LOW_PRECISIONS)}")
+    if kernels not in KERNEL_SETS:
+        raise BadInput(f"kernels '{kernels}': expected one of {', '.join(KERNEL_SETS)}")
     prepared = model if isinstance(model, Prepared) else Prepared.of(model, precision)
     low = LOW_PRECISIONS[precision]
     model_opsets = opsets(prepared.model)
@@ -75,7 +78,7 @@ def convert_precision(model: onnx.ModelProto | Prepared, precision: str, keep_io
     types, constants = prepared.types, prepared.constants
     model = onnx.ModelProto()
     model.CopyFrom(prepared.model)
-    plans, homes = plan_nodes(model, types, constants, low, keep_io_types, fp32_ops, set(pinned), probe_ort)
+    plans, homes = plan_nodes(model, types, constants, low, keep_io_types, fp32_ops, set(pinned), kernels)
     emitter = Emitter(model, constants, homes)
     for node in model.graph.node:
         if node.op_type == "Constant" and node.output[0] in constants:
@@ -94,7 +97,7 @@ def convert_precision(model: onnx.ModelProto | Prepared, precision: str, keep_io
     del graph.value_info[:]
     graph.value_info.extend(kept_info)
     set_metadata(model, METADATA_KEY, json.dumps({"precision": precision, "keep_io_types": keep_io_types,
-                                                  "fp32_ops": fp32_ops, "pinned": sorted(pinned), "probe_ort": probe_ort}))
+                                                  "fp32_ops": fp32_ops, "pinned": sorted(pinned), "kernels": kernels}))
     ops = {n.name: n.op_type for n in prepared.model.graph.node}
     report = PrecisionReport(
         precision, len(plans), sum(p.state == LOW for p in plans.values()), sum(p.state == EMULATED for p in plans.values()),

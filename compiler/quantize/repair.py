@@ -2,8 +2,9 @@
 and pin them to fp32.
 
 The fp32 original and candidate conversions run in onnxruntime on the same inputs; the error is the
-largest `max_rel_diff` (compare_outputs: max |a - b| / max |a|, NaN or inf counts as infinite) over
-outputs and inputs. The search first finds the shortest tail of the converted nodes (topological
+largest `metric` (accuracy.py: `q_rel` by default, |a - b| / max |a| at the 99.9th percentile of
+elements, or `max_rel`, the worst element; NaN or inf counts as infinite in both) over outputs and
+inputs. The search first finds the shortest tail of the converted nodes (topological
 order) whose pinning is enough, then bisects inside it in topological halves (delta debugging): if
 pinning one half is enough, recurse into it; otherwise both halves hold culprits, and each is
 minimized with the other one pinned. A few culprits among N nodes cost O(k log N) conversions.
@@ -17,7 +18,8 @@ from dataclasses import asdict, dataclass, field
 import onnx
 
 from ..errors import BadInput
-from ..verify import compare_outputs, ort_session
+from ..verify import ort_session
+from .accuracy import METRICS, output_errors
 from .model_parts import get_metadata
 from .precision import METADATA_KEY, Prepared, convert_precision
 
@@ -33,6 +35,7 @@ class RepairReport:
     is_within_tolerance: bool
     pinned: list = field(default_factory=list)  # [node, op] pinned to fp32 by the repair
     num_conversions: int = 0
+    metric: str = "q_rel"  # what error_before / error_after measure (accuracy.py)
     # False when the search budget ran out and whole chunks were pinned instead of single nodes
     is_minimal: bool = True
 
@@ -43,8 +46,8 @@ class RepairReport:
 class _Trials:
     """Converts with a set of pinned nodes and measures the error; every result is cached."""
 
-    def __init__(self, original: onnx.ModelProto, settings: dict, feeds_list: list[dict], budget: int):
-        self.budget = budget
+    def __init__(self, original: onnx.ModelProto, settings: dict, feeds_list: list[dict], budget: int, metric: str):
+        self.budget, self.metric = budget, metric
         self.is_minimal = True
         self.prepared = Prepared.of(original, settings["precision"])
         self.settings = settings
@@ -62,7 +65,7 @@ class _Trials:
         key = frozenset(pins)
         if key not in self._errors:
             model, _ = self.convert(key)
-            self._errors[key] = error_of(model, self.names, self.feeds_list, self.expected)
+            self._errors[key] = error_of(model, self.names, self.feeds_list, self.expected, self.metric)
         return self._errors[key]
 
     @property
@@ -70,37 +73,40 @@ class _Trials:
         return len(self._errors)
 
 
-def error_of(model: onnx.ModelProto, names, feeds_list, expected) -> float:
+def error_of(model: onnx.ModelProto, names, feeds_list, expected, metric: str = "q_rel") -> float:
     session = ort_session(model)
     worst = 0.0
     for feeds, reference in zip(feeds_list, expected):
-        diffs = compare_outputs(names, reference, session.run(names, feeds))
-        worst = max([worst] + [d.max_rel_diff for d in diffs])
+        errors = [output_errors(a, b)[metric] for a, b in zip(reference, session.run(names, feeds))]
+        worst = max([worst] + errors)
     return worst
 
 
 def repair_precision(original_fp32: onnx.ModelProto, converted: onnx.ModelProto, tolerance: float,
-                     feeds_list: list[dict], max_conversions: int = MAX_CONVERSIONS) -> tuple[onnx.ModelProto, RepairReport]:
+                     feeds_list: list[dict], max_conversions: int = MAX_CONVERSIONS,
+                     metric: str = "q_rel") -> tuple[onnx.ModelProto, RepairReport]:
     """`converted` must come from `convert_precision(original_fp32, ...)` (its settings are read from
     the model's metadata). Returns the repaired model (or `converted` when it is within tolerance).
     After `max_conversions` trials the search stops splitting and pins the chunks it still holds."""
+    if metric not in METRICS:
+        raise BadInput(f"error metric '{metric}': expected one of {', '.join(METRICS)}")
     settings = get_metadata(converted, METADATA_KEY)
     if settings is None:
         raise BadInput(f"the model to repair has no '{METADATA_KEY}' metadata: convert it with convert_precision first")
-    trials = _Trials(original_fp32, json.loads(settings), feeds_list, max_conversions)
+    trials = _Trials(original_fp32, json.loads(settings), feeds_list, max_conversions, metric)
     _, report = trials.convert(())
     before = trials.error(())
     if before <= tolerance:
-        return converted, RepairReport(tolerance, before, before, True, [], trials.num_conversions)
+        return converted, RepairReport(tolerance, before, before, True, [], trials.num_conversions, metric)
     candidates = list(report.low_nodes)
     if trials.error(candidates) > tolerance:
         model, _ = trials.convert(candidates)
         return model, RepairReport(tolerance, before, trials.error(candidates), False,
-                                   _with_ops(trials, candidates), trials.num_conversions)
+                                   _with_ops(trials, candidates), trials.num_conversions, metric)
     pins = _minimize(trials, _shortest_suffix(trials, candidates, tolerance), frozenset(), tolerance)
     model, _ = trials.convert(pins)
     return model, RepairReport(tolerance, before, trials.error(pins), True, _with_ops(trials, pins), trials.num_conversions,
-                               trials.is_minimal)
+                               metric, trials.is_minimal)
 
 
 def _shortest_suffix(trials: _Trials, candidates: list[str], tolerance: float) -> list[str]:

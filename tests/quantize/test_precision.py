@@ -105,7 +105,7 @@ def test_bf16_without_ort_kernel_computes_fp32_between_casts():
 
 
 def test_without_probing_the_graph_is_pure_low_precision():
-    converted, report = convert_precision(_norm_model(), "fp16", probe_ort=False)
+    converted, report = convert_precision(_norm_model(), "fp16", kernels="all")
     assert report.num_emulated == 0 and "mm" in report.low_nodes
     inits = {t.name: t.data_type for t in converted.graph.initializer}
     matmul = next(n for n in converted.graph.node if n.op_type == "MatMul")

@@ -1,0 +1,146 @@
+"""`infc build --precision fp16|bf16|int8|w8`: the plan runs the reduced-precision graph on the CPU
+runtime, stays within 1e-2 of the fp32 model in onnxruntime, the overflow fixture is repaired at
+build, int8 computes from dequantized weights, w8 decoder plans store int8 weights and keep the
+greedy tokens; `infc inspect` reports all of it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from infc.compiler import ocr
+from infc.compiler.build import BuildOptions, build
+from infc.compiler.build_precision import PrecisionSettings
+from infc.compiler.plan.format import read_plan
+from infc.compiler.plan_report import plan_report
+from infc.compiler.quantize.greedy_agreement import agreement, runner_greedy_tokens, seeded_prompts
+from infc.compiler.runtime.feeds_io import random_plan_feeds
+from infc.compiler.runtime.model_runner import load_model_runner
+from infc.compiler.runtime.session import PlanSession
+from infc.compiler.testing import FIXTURES
+from infc.compiler.verify import compare_outputs, ort_session
+
+PROFILES = Path(__file__).resolve().parent.parent / "profiles"
+TOLERANCE = 1e-2
+
+
+def _build(tmp_path, model, profile, precision, name=None, **settings):
+    out = tmp_path / f"{name or model.stem}_{precision}.bin"
+    report = build(str(model), str(profile) if profile else None, str(out),
+                   BuildOptions(precision=precision, use_cache=False, show_progress=False,
+                                precision_settings=PrecisionSettings(**settings)))
+    return out, report
+
+
+def _plan_error(plan, model_path, seed=11):
+    """Max relative error of the plan against the fp32 model in onnxruntime on fresh inputs."""
+    session = PlanSession(plan)
+    feeds = random_plan_feeds(session, seed)
+    names = [o["name"] for o in session.plan.meta["outputs"]]
+    actual = session.run(session.check_feeds(feeds, "test"))
+    expected = ort_session(onnx.load(model_path)).run(names, feeds)
+    return max(d.max_rel_diff for d in compare_outputs(names, expected, [actual[n] for n in names]))
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+@pytest.mark.parametrize("name,profile", [("cnn_ts", "cnn"), ("gpt2_ts", "gpt2")])
+def test_low_precision_plan_runs_within_tolerance(tmp_path, name, profile, precision):
+    model = FIXTURES / f"{name}.onnx"
+    plan, report = _build(tmp_path, model, PROFILES / f"{profile}.yaml", precision)
+    error = _plan_error(plan, model)
+    # within budget, and not the fp32 plan in disguise: reduced-precision rounding is visible
+    assert 1e-6 < error <= TOLERANCE, error
+    meta = read_plan(plan).meta
+    low_type = {"fp16": onnx.TensorProto.FLOAT16, "bf16": onnx.TensorProto.BFLOAT16}[precision]
+    assert any(s["op"] == "Cast" and s["attrs"].get("to") == low_type for s in meta["program"])
+    stored = meta["precision"]
+    assert stored == report["precision"] and stored["repair"]["is_within_tolerance"]
+    assert all(o["q_rel"] <= TOLERANCE and o["max_rel"] <= TOLERANCE for o in stored["accuracy"]["outputs"])
+
+
+def test_overflow_fixture_is_repaired_at_build(tmp_path):
+    model = FIXTURES / "overflow_fp16.onnx"
+    plan, report = _build(tmp_path, model, None, "fp16")
+    repair = report["precision"]["repair"]
+    assert repair["pinned"] == [["wide_matmul", "MatMul"]]
+    assert not repair["error_before"] <= TOLERANCE and repair["error_after"] <= TOLERANCE
+    assert _plan_error(plan, model) <= TOLERANCE
+    # without the pin the same graph overflows on the CPU runtime too: the repair was needed there
+    plan_unrepaired, _ = _build(tmp_path, model, None, "fp16", name="loose", tolerance=float("inf"))
+    assert not _plan_error(plan_unrepaired, model) <= TOLERANCE
+
+
+def test_int8_plan_computes_from_dequantized_weights(tmp_path):
+    model = FIXTURES / "cnn_ts.onnx"
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "calib.npz", pixel_values=rng.standard_normal((16, 4, 3, 32, 32)).astype(np.float32))
+    plan, report = _build(tmp_path, model, PROFILES / "cnn.yaml", "int8", calib=str(tmp_path / "calib.npz"))
+    meta = read_plan(plan).meta
+    assert "computes in fp32 from dequantized weights" in meta["precision"]["compute"]
+    assert meta["precision"]["folded_constants"]["DequantizeLinear"] > 0
+    assert any(s["op"] == "QuantizeLinear" for s in meta["program"])  # activations are fake-quantized
+    (logits,) = meta["precision"]["accuracy"]["outputs"]
+    assert logits["top1_agreement"] >= 0.75 and 0 < logits["max_rel"] <= 0.2
+    assert _plan_error(plan, model) <= 0.2
+
+
+def test_cli_build_precision_json_and_inspect(tmp_path):
+    def infc(*args):
+        return subprocess.run([sys.executable, "-m", "infc.cli", *map(str, args)], capture_output=True, text=True)
+
+    plan = tmp_path / "p.bin"
+    built = infc("build", FIXTURES / "cnn_ts.onnx", "--profile", PROFILES / "cnn.yaml", "-o", plan, "--precision", "fp16",
+                 "--tolerance", "0.005", "--no-cache", "--json")
+    assert built.returncode == 0, built.stderr
+    assert json.loads(built.stdout)["precision"]["repair"]["tolerance"] == 0.005
+    shown = infc("inspect", plan)
+    assert "precision fp16" in shown.stdout and "accuracy logits" in shown.stdout and "top-1 agreement" in shown.stdout
+    assert plan_report(plan)["precision"]["accuracy"]["outputs"][0]["name"] == "logits"
+    refused = infc("build", FIXTURES / "cnn_ts.onnx", "-o", tmp_path / "q.bin", "--precision", "w8", "--no-cache",
+                   "--target", "cpu")
+    assert refused.returncode == 2 and refused.stderr.splitlines()[-1].startswith("error: --precision w8") and not (tmp_path / "q.bin").exists()
+    no_calib = infc("build", FIXTURES / "cnn_ts.onnx", "-o", tmp_path / "q.bin", "--precision", "int8", "--no-cache",
+                   "--target", "cpu")
+    assert no_calib.returncode == 2 and "--calib" in no_calib.stderr
+
+
+def test_precision_settings_are_part_of_the_cache_key():
+    def key(precision, **settings):
+        return BuildOptions(precision=precision, precision_settings=PrecisionSettings(**settings)).key_options()
+
+    assert key("fp32") == {"target": "cpu", "precision": "fp32", "allow_fallback": True}  # fp32 keys unchanged
+    assert key("fp16") != key("fp16", tolerance=1e-3) != key("bf16", tolerance=1e-3)
+
+
+@pytest.mark.parametrize("name", ["llama_ts", "gpt2_ts"])
+def test_w8_decoder_plan_stores_int8_and_keeps_greedy_tokens(tmp_path, name):
+    profile = PROFILES / f"{name.split('_')[0]}_decode.yaml"
+    fp32_plan, _ = _build(tmp_path, FIXTURES / f"{name}.onnx", profile, "fp32")
+    w8_plan, report = _build(tmp_path, FIXTURES / f"{name}.onnx", profile, "w8")
+    meta = read_plan(w8_plan).meta
+    w8 = meta["precision"]["w8"]
+    assert w8["num_weights"] > 0 and w8["bytes_int8"] < 0.3 * w8["bytes_fp32"]
+    assert sum(1 for w in meta["weights"].values() if w["dtype"] == "int8") == w8["num_weights"]
+    assert fp32_plan.stat().st_size - w8_plan.stat().st_size >= 0.7 * w8["bytes_fp32"]
+    assert meta["precision"]["accuracy"]["greedy"]["agreement"] >= 0.9
+    # independently, through the plans as `infc run` loads them, on other prompts
+    runners = [load_model_runner(p) for p in (fp32_plan, w8_plan)]
+    decoder = meta["decoder"]
+    prompts = seeded_prompts(decoder["vocab_size"], 16, 9)  # the acceptance's 16 requests x 32 tokens
+    tokens = [runner_greedy_tokens(runner, prompts, 32) for runner in runners]
+    assert agreement(*tokens)["agreement"] >= 0.9
+
+
+@pytest.mark.slow
+def test_paddleocr_rec_fp16_plan_decodes_the_line(tmp_path):
+    path = ocr.paddleocr_model_paths()["rec"]
+    line = ocr.rec_input(ocr.render_text_line("infc 2026 optimizer"))
+    np.savez(tmp_path / "line.npz", x=line)
+    plan, report = _build(tmp_path, path, PROFILES / "ppocr_rec.yaml", "fp16", calib=str(tmp_path / "line.npz"))
+    (probs,) = PlanSession(plan).run({"x": line}).values()
+    assert ocr.ctc_greedy_decode(probs[0], ocr.character_list(onnx.load(path))) == "infc 2026 optimizer"
+    assert report["precision"]["accuracy"]["outputs"][0]["top1_agreement"] == 1.0
