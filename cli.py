@@ -15,7 +15,7 @@ from rich.console import Console
 from . import __version__
 from .compiler.errors import BadInput, InfcError
 
-stderr = Console(stderr=True)
+stderr = Console(stderr=True, markup=False)
 
 
 def _fail(message: str, code: int) -> None:
@@ -72,6 +72,23 @@ def _check_writable_output(path: str) -> None:
         raise BadInput(f"{path}: is a directory")
 
 
+def _model_feeds(model_path: str, inputs_path: str) -> dict:
+    """--inputs for a model: every graph input by name, nothing else."""
+    from .compiler.model_io import load_model
+    from .compiler.runtime.feeds_io import load_feeds
+
+    feeds = load_feeds(inputs_path)
+    graph = load_model(model_path).graph
+    wanted = [i.name for i in graph.input if i.name not in {t.name for t in graph.initializer}]
+    missing, extra = [n for n in wanted if n not in feeds], [n for n in feeds if n not in wanted]
+    if missing or extra:
+        raise BadInput(f"{inputs_path}: " + "; ".join(
+            part for part in (f"missing input(s) {', '.join(missing)}" if missing else "",
+                              f"unknown input(s) {', '.join(extra)}" if extra else "") if part)
+                       + f" (the model's inputs: {', '.join(wanted)})")
+    return feeds
+
+
 def _run_optimize(model_path: str, quiet: bool):
     from .compiler.model_io import load_model
     from .compiler.optimize import optimize_model
@@ -91,18 +108,21 @@ def _run_optimize(model_path: str, quiet: bool):
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable report on stdout.")
 @click.option("--seed", default=0, show_default=True, help="Seed for --verify inputs.")
 @click.option("--dim", "dims", multiple=True, metavar="NAME=INT", help="Value of a symbolic dim for --verify inputs.")
+@click.option("--inputs", "inputs_path", type=click.Path(dir_okay=False),
+              help="--verify on these inputs (.npz keyed by input name) instead of random ones.")
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8"]), default="fp32", show_default=True,
               help="Also convert to this precision (fp16/bf16 keep lossy ops in fp32; int8 writes QDQ).")
 @click.option("--tolerance", type=float, help="fp16/bf16: max relative error; nodes that break it are pinned to fp32.")
 @click.option("--calib", type=click.Path(), help="int8: calibration inputs, an .npz or a folder of them.")
 @click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default="minmax", show_default=True)
-def optimize(model, output, verify, as_json, seed, dims, precision, tolerance, calib, calib_method):
+def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision, tolerance, calib, calib_method):
     """Optimize MODEL and write the result as ONNX that onnxruntime runs."""
     from .compiler.model_io import save_model
     from .compiler.report import print_report, report_json
     from .compiler.verify import verify_models
 
     _check_writable_output(output)
+    feeds = _model_feeds(model, inputs_path) if inputs_path else None
     original, result = _run_optimize(model, quiet=as_json)
     report = report_json(result)
     if precision != "fp32":
@@ -111,7 +131,10 @@ def optimize(model, output, verify, as_json, seed, dims, precision, tolerance, c
         result.model, report["quantize"] = apply_precision(result.model, precision, tolerance=tolerance, calib=calib,
                                                            method=calib_method, seed=seed, dims=_parse_dims(dims) or None)
     if verify:
-        diffs = verify_models(original, result.model, seed=seed, dims=_parse_dims(dims))
+        try:
+            diffs = verify_models(original, result.model, seed=seed, feeds=feeds, dims=_parse_dims(dims))
+        except InfcError as exc:
+            raise type(exc)(f"{model}: {exc}") from None
         report["outputs"] = [d.to_json() for d in diffs]
         report["max_abs_diff"] = max((d.max_abs_diff for d in diffs), default=0.0)
         report["max_rel_diff"] = max((d.max_rel_diff for d in diffs), default=0.0)
@@ -120,7 +143,7 @@ def optimize(model, output, verify, as_json, seed, dims, precision, tolerance, c
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
-    print_report(report, Console())
+    print_report(report, Console(markup=False))
     if verify:
         click.echo(f"verify: max abs diff {report['max_abs_diff']:.3g}, max rel diff {report['max_rel_diff']:.3g} "
                    f"over {len(report['outputs'])} outputs")
@@ -147,7 +170,7 @@ def inspect(target, as_json, html_path):
         if as_json:
             click.echo(json.dumps(report, indent=2))
         else:
-            print_plan_report(report, Console())
+            print_plan_report(report, Console(markup=False))
         return
     _, result = _run_optimize(target, quiet=as_json)
     report = report_json(result)
@@ -157,7 +180,7 @@ def inspect(target, as_json, html_path):
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        print_report(report, Console())
+        print_report(report, Console(markup=False))
 
 
 def _is_plan(path: str) -> bool:
@@ -188,20 +211,19 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
     """Build MODEL into a plan bound to this machine."""
     from .compiler.build import BuildOptions, build as run_build
     from .compiler.engine_cache import default_cache_dir
-    from .compiler.plan_report import print_build_report
-
     from .compiler.build_precision import PrecisionSettings
+    from .compiler.plan_report import print_build_report
 
     options = BuildOptions(target=target, precision=precision, allow_fallback=not no_fallback, verify=verify,
                            precision_settings=PrecisionSettings(tolerance, calib, calib_method),
                            use_cache=not no_cache, cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
                            show_progress=not as_json)
-    log = (lambda msg: None) if as_json else (lambda msg: stderr.print(msg))
+    log = (lambda msg: None) if as_json else (lambda msg: stderr.print(msg, highlight=False))
     report = run_build(model, profile_path, output, options, log)
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
     else:
-        print_build_report(report, Console())
+        print_build_report(report, Console(markup=False))
 
 
 @main.command()

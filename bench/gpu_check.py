@@ -13,7 +13,9 @@
 4. times the kernels against cuBLAS with CUDA events (warm-up, median of batches of calls
    rotating over enough buffer copies to defeat the 60 MB L2): decode M in {1..64} x five
    (N, K), prefill M in {512, 2048, 4096}, and 4096^3 for the mma and SIMT acceptance lines;
-5. writes JSON to $OUT (if set), else bench/results/, named with the date and the GPU, and
+5. end to end: `infc build --target cuda` of the test models (GPU GEMM tuning, cubins in the plan),
+   then the plan run by the GPU executor against onnxruntime on the CPU (fp32, 1e-4 relative);
+6. writes JSON to $OUT (if set), else bench/results/, named with the date and the GPU, and
    prints a short table last.
 --quick checks one variant per family and times fewer shapes (about a minute).
 """
@@ -47,7 +49,9 @@ COPY_ELEMS = 2**28            # 1 GiB of float32 for the copy ceiling
 CEILING_SIZE = 8192           # square matrix products for the cuBLAS ceilings and the warm-up
 L2_BYTES = 60 * 2**20
 BIG_WEIGHT_BYTES = 32 * 2**20
-GOALS = {"decode_speedup": 1.2, "decode_bw_pct": 80.0, "mma_vs_cublas": 0.55, "simt_vs_sgemm": 0.8}
+GOALS = {"decode_speedup": 1.2, "decode_bw_pct": 80.0, "mma_vs_cublas": 0.55, "simt_vs_sgemm": 0.8, "e2e_rel_err": 1e-4}
+E2E_MODELS = ("tests/models/cnn_ts.onnx", "tests/models/bert_ts.onnx", "tests/models/gpt2_ts.onnx",
+              "tests/models/llama_ts.onnx", "tests/models/cnn_dynamo.onnx")
 
 
 def import_infc() -> None:
@@ -147,6 +151,8 @@ def summarize(results: dict) -> dict:
         "prefill_vs_cublas_geomean": geomean(d.get("vs_cublas") for d in results.get("prefill", [])),
         "mma_vs_cublas_4096": square.get("mma_vs_cublas"),
         "simt_vs_sgemm_4096": square.get("simt_vs_sgemm"),
+        "e2e_models_ok": sum(1 for e in results.get("end_to_end", []) if e.get("ok")),
+        "e2e_models": len(results.get("end_to_end", [])),
     }
     summary["pass"] = {
         "correct": bool(checks) and not failed,
@@ -154,6 +160,7 @@ def summarize(results: dict) -> dict:
         "decode_bw": (summary["decode_bw_pct_min_big"] or 0) >= GOALS["decode_bw_pct"],
         "mma": (summary["mma_vs_cublas_4096"] or 0) >= GOALS["mma_vs_cublas"],
         "simt": (summary["simt_vs_sgemm_4096"] or 0) >= GOALS["simt_vs_sgemm"],
+        "e2e": bool(summary["e2e_models"]) and summary["e2e_models_ok"] == summary["e2e_models"],
     }
     return summary
 
@@ -183,6 +190,9 @@ def format_table(results: dict) -> str:
         f"decode >=32MB   {_fmt(s['decode_bw_pct_min_big'], '.0f')}% of copy bandwidth, worst"
         f" (goal {GOALS['decode_bw_pct']:.0f})  {'ok' if p['decode_bw'] else 'MISS'}",
         f"prefill bf16    {_fmt(s['prefill_vs_cublas_geomean'])}x cuBLAS geomean (M 512..4096, mma tiles)",
+        f"end to end      {s.get('e2e_models_ok', 0)}/{s.get('e2e_models', 0)} models match onnxruntime (fp32"
+        f" {GOALS['e2e_rel_err']:.0e}): " + ", ".join(f"{Path(e['model']).stem} {_fmt(e.get('max_rel_err'), '.1e')}"
+                                                   for e in results.get("end_to_end", [])) + f"  {'ok' if p.get('e2e') else 'MISS'}",
         f"mma 4096^3      {_fmt(s['mma_vs_cublas_4096'])}x cuBLAS bf16 (goal {GOALS['mma_vs_cublas']})"
         f"  {'ok' if p['mma'] else 'MISS'}",
         f"simt 4096^3     {_fmt(s['simt_vs_sgemm_4096'])}x cuBLAS SGEMM (goal {GOALS['simt_vs_sgemm']})"
@@ -512,6 +522,52 @@ def time_dense(dev: Device, kernels: dict, variants, M: int, N: int, K: int, dty
     return record
 
 
+def end_to_end(args, seed: int, models=E2E_MODELS) -> list[dict]:
+    """`infc build --target cuda` of each test model, then its plan on the GPU against onnxruntime on
+    the CPU: the largest relative error per model, where each step ran, the tuning choices, latency."""
+    from infc.compiler.build import BuildOptions, build  # noqa: PLC0415
+    from infc.compiler.model_io import load_model  # noqa: PLC0415
+    from infc.compiler.runtime.feeds_io import random_plan_feeds  # noqa: PLC0415
+    from infc.compiler.runtime.session import PlanSession  # noqa: PLC0415
+    from infc.compiler.verify import ort_session  # noqa: PLC0415
+
+    records = []
+    with tempfile.TemporaryDirectory(prefix="infc-e2e-") as tmp:
+        for model in models:
+            record, plan = {"model": model}, Path(tmp) / (Path(model).stem + ".plan")
+            try:
+                start = time.perf_counter()
+                report = build(str(ROOT / model), None, str(plan), BuildOptions(
+                    target="cuda", use_cache=False, cache_dir=args.cubins.parent, show_progress=False), print)
+                record["build_s"] = round(time.perf_counter() - start, 2)
+                record["tuning"] = [{k: row.get(k) for k in ("shape", "winner", "winner_pct_of_vendor", "winner_tflops")}
+                                    for row in report.get("tuning", [])]
+                session = PlanSession(plan)
+                feeds = session.check_feeds(random_plan_feeds(session, seed), "random inputs")
+                names = session.output_names
+                expected = ort_session(load_model(ROOT / model)).run(names, feeds)
+                actual = session.run(feeds)
+                errors = [float(np.abs(actual[n].astype(np.float64) - e).max() / max(np.abs(e).max(), 1e-30))
+                          for n, e in zip(names, expected)]
+                record["max_rel_err"] = max(errors)
+                record["self_check"] = report.get("cuda_self_check")
+                record["host_fallback_ops"] = session.executor.report()["host_fallback_ops"]
+                record["ok"] = bool(record["max_rel_err"] <= GOALS["e2e_rel_err"]) and not record["host_fallback_ops"]
+                times = []
+                for _ in range(20):  # host clock: the outputs are copied back, so the device is done
+                    begin = time.perf_counter()
+                    session.run(feeds)
+                    times.append(time.perf_counter() - begin)
+                record["latency_ms_median"] = statistics.median(times[5:]) * 1e3
+                record["executor"] = session.executor.report()
+            except Exception:  # noqa: BLE001 - record it; the kernel checks stand on their own
+                record.update(ok=False, error=traceback.format_exc()[-1500:])
+            print(f"  end to end {model}: {'ok' if record.get('ok') else 'FAIL'} "
+                  f"max rel err {record.get('max_rel_err')} {record.get('error', '')[-300:]}")
+            records.append(record)
+    return records
+
+
 def run_device(args, results: dict, started: float) -> None:
     import_infc()
     from infc.compiler.codegen.variants import VARIANTS  # noqa: PLC0415
@@ -554,6 +610,7 @@ def run_device(args, results: dict, started: float) -> None:
             if not record["ok"]:
                 print(f"  FAIL {v.name} {shape}: {record.get('error') or record.get('rel_err')}")
     print(f"checked {len(results['correctness'])} variant x shape pairs")
+    results["end_to_end"] = end_to_end(args, int(rng.integers(1 << 31)))
 
     copy = results["ceilings"].get("copy_tb_s")
     ms = (1, 16) if args.quick else DECODE_M

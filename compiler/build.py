@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
+from .build_precision import PrecisionSettings, reduce_precision
 from .engine_cache import EngineCache, default_cache_dir
 from .errors import BadInput
 from .graph import import_graph
@@ -24,7 +25,7 @@ from .profile import Profile, check_profile_matches_model, default_profile, load
 from .runtime.executor import Executor
 from .runtime.feeds_io import gather_table_rows, random_inputs
 from .runtime.kernels import has_kernel
-from .target import cpu_fingerprint
+from .target import target_fingerprint
 from .verify import compare_outputs, ort_session
 
 PLAN_KIND = "one_shot"
@@ -39,18 +40,18 @@ class BuildOptions:
     use_cache: bool = True
     cache_dir: Path = field(default_factory=default_cache_dir)
     show_progress: bool = True
+    precision_settings: PrecisionSettings = field(default_factory=PrecisionSettings)
 
     def key_options(self) -> dict:
         """The options that change what a plan contains (and so its cache key)."""
-        return {"target": self.target, "precision": self.precision, "allow_fallback": self.allow_fallback}
+        return {"target": self.target, "precision": self.precision, "allow_fallback": self.allow_fallback,
+                **self.precision_settings.key_options(self.precision)}
 
 
-def resolve_target(target: str) -> str:
-    if target == "auto":
-        return "cpu"  # the CUDA backend is not built yet: auto means the CPU
-    if target == "cuda":
-        raise BadInput("--target cuda: the CUDA backend is not available in this build of infc yet; use --target cpu")
-    return target
+def resolve_target(target: str, log=lambda msg: None) -> str:
+    from .target import resolve_target as resolve  # auto: cuda only with CuPy and a device (target.py)
+
+    return resolve(target, log)
 
 
 def _table_rows(program: Program) -> dict[str, int]:
@@ -85,23 +86,31 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     model_path = Path(model_path)
     output = Path(output)
     _check_output(output)
-    options.target = resolve_target(options.target)
+    target_notes: list[str] = []  # logged once the inputs are known good (an error stays one line)
+    requested_target, options.target = options.target, resolve_target(options.target, target_notes.append)
     model = load_model(model_path)
     graph_inputs = [value_info(t) for t in import_graph(model).inputs]
     profile = load_profile(profile_path) if profile_path else default_profile(graph_inputs)
     if profile.decode:  # decoder plans: paged attention, KV cache in the runtime's block pool
+        if requested_target == "cuda":
+            raise BadInput(f"{profile_path}: decoder plans run on the CPU only so far; use --target cpu")
+        options.target = "cpu"
         from .decoder import build_decoder_plan  # noqa: PLC0415 - it imports helpers from this module
         return build_decoder_plan(model_path, model, profile, output, options, log)
     check_profile_matches_model(profile, graph_inputs)
-    fingerprint = cpu_fingerprint()
+    for note in target_notes:
+        log(note)
+    fingerprint = target_fingerprint(options.target)
     cache, components, lookup, report, hit = cache_front(model_path, profile, options.key_options(), fingerprint,
                                                           options, output, started, log)
     if hit:
         return hit
 
     optimized = optimize_model(model)
-    graph = import_graph(optimized.model)
+    precision = reduce_precision(model, optimized.model, profile, options.precision, options.precision_settings, log)
+    graph = import_graph(precision.model)
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
+    precision_meta = precision.finish(program)
     rows = _table_rows(program)
     shapes_by_level = {}
     for level in ("min", "opt", "max"):
@@ -115,7 +124,16 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
 
     from .tune_plan import tune_program  # the tuner is heavy: only builds that miss the cache load it
 
-    tuning = tune_program(program, shapes_by_level, profile, options, log)
+    cuda_fallback = None
+    if options.target == "cuda":  # GPU tuning, cubins, self-check; auto falls back to a CPU plan (build_cuda.py)
+        from .build_cuda import tune_cuda_or_fallback  # noqa: PLC0415
+        tuning, cuda_fallback = tune_cuda_or_fallback(program, shapes_by_level, profile, options, log,
+                                                      requested_target, tune_program, rows)
+        if cuda_fallback:
+            options.target, fingerprint = "cpu", target_fingerprint("cpu")
+            report.update(target="cpu", fingerprint=fingerprint, cuda_fallback_reason=cuda_fallback)
+    else:
+        tuning = tune_program(program, shapes_by_level, profile, options, log)
     blob, weight_table = weights_section(program.weights)
     meta = {
         "infc_version": __version__, "kind": PLAN_KIND, "target": fingerprint, "opset": program.opset,
@@ -123,16 +141,20 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         "options": options.key_options(), "inputs": program.inputs, "outputs": program.outputs,
         "program": program.steps, "weights": weight_table, "memory": memory.to_json(),
         "tuning": tuning["table"], "fallback_ops": program.fallback_ops,
+        "precision": precision_meta,
         "value_shapes": {level: {n: list(s) for n, (s, _) in shapes.items()} for level, shapes in shapes_by_level.items()},
+        **tuning.get("meta", {}),
     }
     sections = {"weights": blob, **tuning["sections"], **program.islands}
-    verify = _verify(model, program, profile) if options.verify else None
+    verify = _verify(model, program, profile, tuning.get("executor")) if options.verify else None
     write_plan(output, meta, sections)
-    if options.use_cache:
+    if options.use_cache and not cuda_fallback:  # a fallback plan is not what this cache key promises
         cache.store(lookup.key, output, model_path, components, {"summary": _summary(meta)})
     return {**report, "cache_hit": False, "cache_reason": lookup.reason if lookup else "disabled",
             "build_s": round(time.perf_counter() - started, 4), **_summary(meta),
-            "timing_cache": tuning["cache_stats"], **({"verify": verify} if verify else {})}
+            "timing_cache": tuning["cache_stats"], **({"verify": verify} if verify else {}),
+            **({"cuda_self_check": tuning["self_check"]} if "self_check" in tuning else {}),
+            **({"precision": precision_meta} if precision_meta else {})}
 
 
 def cache_front(model_path: Path, profile: Profile, key_options: dict, fingerprint: dict, options: BuildOptions,
@@ -165,11 +187,12 @@ def _summary_from_cache(cache: EngineCache, key: str) -> dict:
     return {}
 
 
-def _verify(model, program: Program, profile: Profile) -> dict:
+def _verify(model, program: Program, profile: Profile, executor=None) -> dict:
+    """`executor`: the cuda plan's device executor (the plan is verified as it will run)."""
     feeds = random_inputs(program.inputs, profile.shapes("opt"), _table_rows(program), seed=7)
     names = [o["name"] for o in program.outputs]
     expected = ort_session(model).run(names, feeds)
-    executor = Executor(program.steps, program.weights, program.opset, program.islands, output_names=names)
+    executor = executor or Executor(program.steps, program.weights, program.opset, program.islands, output_names=names)
     actual = executor.run(feeds)
     diffs = compare_outputs(names, expected, [actual[n] for n in names])
     return {"max_abs_diff": max(d.max_abs_diff for d in diffs), "max_rel_diff": max(d.max_rel_diff for d in diffs),

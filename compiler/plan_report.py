@@ -29,6 +29,8 @@ def plan_report(path: str) -> dict:
                    "planned_for": memory.get("planned_for")},
         "weights_bytes": sum(_nbytes(w) for w in meta.get("weights", {}).values()),
         "fallback_ops": meta.get("fallback_ops", []), "islands": islands,
+        "gpu_host_ops": (meta.get("cuda") or {}).get("host_ops"),  # cuda plans: ops run on the CPU with copies
+        "precision": meta.get("precision") or {"precision": (meta.get("options") or {}).get("precision", "fp32")},
     }
 
 
@@ -66,11 +68,47 @@ def print_plan_report(report: dict, console: Console) -> None:
     console.print("kernels: " + ", ".join(f"{k} x{n}" for k, n in report["kernels"].items()))
     if report["tuning"]:
         console.print(_tuning_table(report["tuning"]))
+    if report.get("gpu_host_ops"):
+        console.print(f"GPU plan: on the CPU with host copies (no device kernel): {', '.join(report['gpu_host_ops'])}")
     if report["islands"]:
         for island in report["islands"]:
             console.print(f"onnxruntime island: {', '.join(island['ops'])} ({len(island['inputs'])} in, {len(island['outputs'])} out)")
     else:
         console.print("no onnxruntime islands: every op runs on a native kernel")
+    print_precision(report["precision"], console)
+
+
+def print_precision(precision: dict, console: Console) -> None:
+    """What a reduced-precision plan computes, what the repair pinned, and its accuracy against fp32."""
+    if precision.get("precision", "fp32") == "fp32":
+        return
+    console.print(f"precision {precision['precision']}: {precision.get('compute', '')}")
+    conversion, repair = precision.get("conversion"), precision.get("repair")
+    if conversion:
+        console.print(f"  {conversion['num_emulated']} ops emulated (fp32 between casts), {conversion['num_low']} in "
+                      f"{precision['precision']}, fp32 by rule: "
+                      + (", ".join(f"{r} x{n}" for r, n in conversion["fp32_by_reason"].items()) or "none"))
+    if repair:
+        pinned = ", ".join(f"{name} ({op})" for name, op in repair["pinned"]) or "none"
+        console.print(f"  self-repair ({repair['metric']} <= {repair['tolerance']:g}): error {repair['error_before']:.3g} -> "
+                      f"{repair['error_after']:.3g}; pinned to fp32: {pinned}"
+                      + ("" if repair["is_within_tolerance"] else "  [tolerance NOT reached]"))
+    if precision.get("int8"):
+        int8 = precision["int8"]
+        console.print(f"  int8 {int8['method']} over {int8['num_samples']} samples: quantized {int8['quantized']}")
+    if precision.get("w8"):
+        w8 = precision["w8"]
+        console.print(f"  w8: {w8['num_weights']} GEMM weights int8 ({w8['bytes_fp32'] / 1e6:.1f} MB fp32 -> "
+                      f"{w8['bytes_int8'] / 1e6:.1f} MB int8 + scales)")
+    accuracy = precision.get("accuracy") or {}
+    for out in accuracy.get("outputs", []):
+        top1 = f", top-1 agreement {100 * out['top1_agreement']:.1f}%" if "top1_agreement" in out else ""
+        console.print(f"  accuracy {out['name']}: max rel {out['max_rel']:.3g}, q99.9 rel {out['q_rel']:.3g}, "
+                      f"mean rel {out['mean_rel']:.3g}{top1} ({accuracy['num_inputs']} inputs vs {accuracy['reference']})")
+    if "greedy" in accuracy:
+        greedy = accuracy["greedy"]
+        console.print(f"  greedy tokens: {greedy['num_agree']}/{greedy['num_tokens']} agree with fp32 "
+                      f"({100 * greedy['agreement']:.1f}%) over {greedy['num_prompts']} seeded prompts")
 
 
 def print_build_report(report: dict, console: Console) -> None:
@@ -86,6 +124,8 @@ def print_build_report(report: dict, console: Console) -> None:
     memory = report.get("memory") or {}
     if memory.get("sum_activation_bytes"):
         console.print(f"memory: arena {memory['arena_bytes'] / 1e6:.2f} MB for {memory['sum_activation_bytes'] / 1e6:.2f} MB of activations")
+    if report.get("precision"):
+        print_precision(report["precision"], console)
     if report.get("verify"):
         console.print(f"verify: max abs diff {report['verify']['max_abs_diff']:.3g}, max rel diff {report['verify']['max_rel_diff']:.3g}")
     console.print(f"wrote {report['plan']} in {report['build_s']:.2f} s")

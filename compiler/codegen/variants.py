@@ -15,6 +15,7 @@ each tile's register pressure without compiling the whole product.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
@@ -116,10 +117,20 @@ def _family_variants(family: str, dtypes: tuple[str, ...], tiles, casts: dict[st
             yield Variant(family, dtype, tile, replace(HEAVY, out_dtype=casts[dtype]))
 
 
+# What the build fuses into a tuned launch (compiler/codegen/epilogue_match.py): bias, an activation and a
+# residual, in that order; every combination but the plain one.
+FUSED_EPILOGUES = tuple(Epilogue(bias=b, act=a, residual=r) for b in (False, True) for a in ACTIVATIONS
+                        for r in (False, True) if b or a != "none" or r)
+# The heaviest of them (erf GELU and a residual read) on every fp32 tile: the build fuses epilogues into
+# whichever tile won, so each tile's register pressure with them is compiled in CI.
+FUSED_HEAVY = Epilogue(bias=True, act="gelu", residual=True)
+
+
 def all_variants() -> tuple[Variant, ...]:
     to_f32 = {"bfloat16": "float32", "float16": "float32"}
     variants = [
         *_family_variants("simt", ("float32",), SIMT_TILES, {"float32": "bfloat16"}),
+        *(Variant("simt", "float32", tile, FUSED_HEAVY) for tile in SIMT_TILES[1:]),
         *_family_variants("mma", ("bfloat16", "float16"), MMA_TILES, to_f32),
         *_family_variants("skinny", ("bfloat16", "float16"), SKINNY_TILES, to_f32),
         *_family_variants("skinny_int8", ("bfloat16", "float16"), SKINNY_TILES[:1] + SKINNY_TILES[4:5], to_f32),
@@ -131,3 +142,27 @@ def all_variants() -> tuple[Variant, ...]:
 
 VARIANTS = all_variants()
 BY_NAME = {v.name: v for v in VARIANTS}
+
+
+def is_plain(variant: Variant) -> bool:
+    e = variant.epilogue
+    return not (e.bias or e.residual or e.swiglu or e.act != "none") and variant.out_dtype == variant.dtype
+
+
+def with_epilogue(variant: Variant, epilogue: Epilogue) -> Variant:
+    """The same tile with another epilogue (a tuned plain winner, fused with its site's epilogue)."""
+    return replace(variant, epilogue=epilogue)
+
+
+@functools.cache
+def _fused_by_name() -> dict[str, Variant]:
+    fused = (with_epilogue(v, e) for v in VARIANTS if is_plain(v) for e in FUSED_EPILOGUES)
+    return {v.name: v for v in fused}
+
+
+def variant_named(name: str) -> Variant:
+    """A listed variant, or a plain one with a fused epilogue (what a plan's kernel table may name)."""
+    found = BY_NAME.get(name) or _fused_by_name().get(name)
+    if found is None:
+        raise KeyError(f"unknown kernel variant {name!r}")
+    return found

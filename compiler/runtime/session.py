@@ -38,8 +38,13 @@ class PlanSession:
         self.inputs = meta["inputs"]
         self.output_names = [o["name"] for o in meta["outputs"]]
         islands = {name: bytes(view) for name, view in self.plan.sections.items() if name.startswith("island")}
-        self.executor = Executor(meta["program"], _weights(self.plan), meta.get("opset", 17), islands,
-                                 output_names=self.output_names)
+        if meta["target"].get("kind") == "cuda":  # the GPU executor (runtime/cuda/), CuPy loaded only here
+            from .cuda.plan_loader import device_executor  # noqa: PLC0415
+
+            self.executor = device_executor(self.plan, _weights(self.plan))
+        else:
+            self.executor = Executor(meta["program"], _weights(self.plan), meta.get("opset", 17), islands,
+                                     output_names=self.output_names)
         self._warned_outside_profile = False
 
     def check_feeds(self, feeds: dict[str, np.ndarray], source: str) -> dict[str, np.ndarray]:

@@ -118,6 +118,8 @@ def test_dry_run_on_the_emulator(gpu_check, fake_cupy, monkeypatch, tmp_path, cu
     monkeypatch.setattr(gpu_check.Device, "bench", lambda self, fn, num_rot=1, samples=25, warmup=3, capture="cupy":
                         bench(self, fn, num_rot, samples=1, warmup=0, capture=capture))
 
+    # the end-to-end step (build --target cuda, run the plan) is tested in tests/cuda/test_build_cuda.py
+    monkeypatch.setattr(gpu_check, "end_to_end", lambda args, seed: [{"model": "m.onnx", "ok": True, "max_rel_err": 1e-7}])
     assert gpu_check.main(["--quick", "--out", str(tmp_path), "--cubins", str(cubin_dir), "--workers", "2"]) == 0
     out = capsys.readouterr().out
     print(out)
@@ -133,3 +135,4 @@ def test_dry_run_on_the_emulator(gpu_check, fake_cupy, monkeypatch, tmp_path, cu
     assert all("int8" in d for d in results["decode"])
     assert results["square"]["mma"]["ours"] and results["square"]["simt"]["ours"]
     assert results["timing_modes"]
+    assert results["summary"]["pass"]["e2e"] and "end to end      1/1 models" in out

@@ -17,12 +17,14 @@ from .geometry import ITEMSIZE, STATIC_SMEM_LIMIT, Launch, kernel_args, launch_f
 
 
 class GemmKernel:
-    def __init__(self, cubin: Path | str, kernel_name: str, params: Mapping[str, Any], num_sms: int | None = None):
+    def __init__(self, cubin: Path | str | None, kernel_name: str, params: Mapping[str, Any], num_sms: int | None = None,
+                 module=None):
+        """`cubin` a file path, or None with `module` already loaded (a plan's bytes: load_cubin)."""
         import cupy  # noqa: PLC0415 - the CPU runtime never imports CuPy
 
         self._cp = cupy
         self.params = dict(params)
-        self.module = cupy.RawModule(path=str(cubin))
+        self.module = module if module is not None else cupy.RawModule(path=str(cubin))
         self.function = self.module.get_function(kernel_name)
         self.num_sms = num_sms or cupy.cuda.Device().attributes["MultiProcessorCount"]
         self._smem_limit = STATIC_SMEM_LIMIT
@@ -38,7 +40,7 @@ class GemmKernel:
         launch = self.launch_for(M, N, K, num_splits)
         self._check(a, w, out, bias, scale, residual, M, N, K)
         if launch.smem_bytes > self._smem_limit:
-            self.function.max_dynamic_shared_size_bytes = launch.smem_bytes
+            self._opt_in_smem(launch.smem_bytes)
             self._smem_limit = launch.smem_bytes
         arrays = {"a": a, "w": w, "out": out, "bias": bias, "scale": scale, "residual": residual, "null": self._null}
         if launch.workspace_floats:
@@ -51,6 +53,14 @@ class GemmKernel:
         args = kernel_args(self.params, launch, M, N, K, pointers, as_int=np.int32)
         self.function(launch.grid, launch.block, args, shared_mem=launch.smem_bytes)
         return launch
+
+    def _opt_in_smem(self, nbytes: int) -> None:
+        """RawKernel has a property for it; a Function of a Module loaded from bytes goes through the driver."""
+        if hasattr(self.function, "max_dynamic_shared_size_bytes"):
+            self.function.max_dynamic_shared_size_bytes = nbytes
+        else:
+            driver = self._cp.cuda.driver
+            driver.funcSetAttribute(self.function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
 
     def _check(self, a, w, out, bias, scale, residual, M: int, N: int, K: int) -> None:
         """Catches what would otherwise be a silent out-of-bounds access."""
@@ -71,3 +81,12 @@ class GemmKernel:
         for name, (nbytes, arr) in expect.items():
             if arr is None or arr.nbytes < nbytes or not arr.flags.c_contiguous:
                 raise ValueError(f"gemm {p['family']}: '{name}' must be a contiguous array of at least {nbytes} bytes")
+
+
+def load_cubin(cubin: bytes):
+    """A CUDA module from cubin bytes (cuModuleLoadData): no file, no compiler, nothing cached by path."""
+    from cupy.cuda import function  # noqa: PLC0415
+
+    module = function.Module()
+    module.load(bytes(cubin))
+    return module

@@ -1,0 +1,116 @@
+"""Device attention ops over an array module: com.microsoft MultiHeadAttention and RotaryEmbedding (the
+ONNX and the ORT contrib forms), with the semantics of the CPU kernels in runtime/kernels/attention.py.
+Layout names: B batch, N heads, S query length, T key length, H head size.
+
+MultiHeadAttention is two batched GEMMs (cuBLAS through xp.matmul) around a masked softmax over T;
+the mask and the causal band are built on the device. Rotary tables (cos twice, -sin / +sin) are
+gathered per run from the caches by position, as the CPU kernel does."""
+
+from __future__ import annotations
+
+from ..kernels.common import arg
+
+
+def _heads(x, num_heads: int):
+    b, s, hidden = x.shape
+    return x.reshape(b, s, num_heads, hidden // num_heads).transpose(0, 2, 1, 3)
+
+
+def _merge(y_BNSH, xp):
+    b, n, s, h = y_BNSH.shape
+    return xp.ascontiguousarray(y_BNSH.transpose(0, 2, 1, 3)).reshape(b, s, n * h)
+
+
+def softmax_last(scores, xp):
+    """Softmax over T; rows that are all -inf give zeros, not NaN (as the CPU kernel)."""
+    peak = scores.max(axis=-1, keepdims=True)
+    peak = xp.where(xp.isneginf(peak), scores.dtype.type(0), peak)
+    e = xp.exp(scores - peak)
+    total = e.sum(axis=-1, keepdims=True)
+    return e / xp.where(total == 0, total.dtype.type(1), total)
+
+
+def multi_head_attention(inputs, attrs, ctx):
+    xp = ctx.xp
+    query, key, value, bias = inputs[0], arg(inputs, 1), arg(inputs, 2), arg(inputs, 3)
+    padding, attn_bias, past_k, past_v = arg(inputs, 4), arg(inputs, 5), arg(inputs, 6), arg(inputs, 7)
+    heads = attrs["num_heads"]
+    hidden = query.shape[-1] if query.ndim == 3 else None
+    if key is None:  # packed QKV: query is [B, S, N, 3, H]
+        q, key, value = (query[:, :, :, i].transpose(0, 2, 1, 3) for i in range(3))
+    elif key.ndim == 5:  # packed KV: key is [B, T, N, 2, H]
+        q, key, value = _heads(query, heads), key[:, :, :, 0].transpose(0, 2, 1, 3), key[:, :, :, 1].transpose(0, 2, 1, 3)
+    else:
+        q = _heads(query, heads)
+    if bias is not None:
+        q = q + _heads(bias[:hidden].reshape(1, 1, -1), heads)
+        key = key + bias[hidden:2 * hidden].reshape(1, 1, -1) if key.ndim == 3 else key
+        value = value + bias[2 * hidden:].reshape(1, 1, -1) if value.ndim == 3 else value
+    k = _heads(key, heads) if key.ndim == 3 else key
+    v = _heads(value, heads) if value.ndim == 3 else value
+    if past_k is not None:
+        k, v = xp.concatenate([past_k, k], axis=2), xp.concatenate([past_v, v], axis=2)
+    scale = attrs.get("scale") or 1.0 / float(q.shape[-1]) ** 0.5
+    scores = xp.matmul(q, xp.swapaxes(k, -1, -2)) * q.dtype.type(scale)
+    s_len, t_len = scores.shape[-2:]
+    filler = q.dtype.type(attrs.get("mask_filter_value", -10000.0))
+    if padding is not None:
+        if padding.ndim == 1:  # key lengths per batch
+            padding = xp.arange(t_len)[None, :] < padding[:, None]
+        keep = padding.astype(bool).reshape((padding.shape[0], 1) + (1,) * (3 - padding.ndim) + padding.shape[1:])
+        scores = xp.where(keep, scores, filler)
+    if attn_bias is not None:
+        scores = scores + attn_bias
+    if attrs.get("unidirectional", 0):
+        scores = xp.where(xp.tril(xp.ones((s_len, t_len), dtype=bool), t_len - s_len), scores, filler)
+    y = xp.matmul(softmax_last(scores, xp), v)
+    return [_merge(y, xp), k, v]
+
+
+def _tables(cos_cache, sin_cache, half: int, interleaved: bool, dtype, xp):
+    cos, sin = cos_cache[..., :half].astype(dtype, copy=False), sin_cache[..., :half].astype(dtype, copy=False)
+    if interleaved:
+        return xp.repeat(cos, 2, axis=-1), xp.stack([-sin, sin], axis=-1).reshape(*sin.shape[:-1], 2 * half)
+    return xp.concatenate([cos, cos], axis=-1), xp.concatenate([-sin, sin], axis=-1)
+
+
+def _rotary(x, cos_cache, sin_cache, positions, attrs, xp):
+    """x * cos + (pairs of x swapped) * (-sin, +sin) over the first rot_dim features of each head."""
+    if x.ndim == 4:  # [B, N, S, H]
+        x_BSNH = x.transpose(0, 2, 1, 3)
+    else:
+        b, s, hidden = x.shape
+        heads = attrs.get("num_heads") or hidden // (2 * cos_cache.shape[-1])
+        x_BSNH = x.reshape(b, s, heads, hidden // heads)
+    b, s, n, h = x_BSNH.shape
+    rot_dim = attrs.get("rotary_embedding_dim", 0) or h
+    half, interleaved = rot_dim // 2, bool(attrs.get("interleaved", 0))
+    cos_full, sin_signed = _tables(cos_cache, sin_cache, half, interleaved, x.dtype, xp)
+    if positions is not None:
+        cos_full, sin_signed = cos_full[positions], sin_signed[positions]
+    part = x_BSNH[..., :rot_dim]
+    pairs = (half, 2) if interleaved else (2, half)
+    swapped = part.reshape(b, s, n, *pairs)[..., ::-1] if interleaved else part.reshape(b, s, n, *pairs)[..., ::-1, :]
+    rotated = part * cos_full[:, :, None, :] + (swapped * sin_signed.reshape(sin_signed.shape[0], s, 1, *pairs)).reshape(b, s, n, rot_dim)
+    y = rotated if rot_dim == h else xp.concatenate([rotated, x_BSNH[..., rot_dim:]], axis=-1)
+    y = xp.ascontiguousarray(y.transpose(0, 2, 1, 3)) if x.ndim == 4 else y.reshape(x.shape)
+    return [y.astype(x.dtype, copy=False)]
+
+
+def onnx_rotary(inputs, attrs, ctx):
+    return _rotary(inputs[0], inputs[1], inputs[2], arg(inputs, 3), attrs, ctx.xp)
+
+
+def contrib_rotary(inputs, attrs, ctx):
+    x, positions = inputs[0], inputs[1]
+    seq = x.shape[2] if x.ndim == 4 else x.shape[1]
+    if positions.size == 1:  # a scalar start offset
+        positions = positions.reshape(-1)[:1] + ctx.xp.arange(seq)[None, :]
+    return _rotary(x, inputs[2], inputs[3], positions.astype("int64", copy=False), attrs, ctx.xp)
+
+
+ATTENTION = {
+    ("com.microsoft", "MultiHeadAttention"): multi_head_attention,
+    ("", "RotaryEmbedding"): onnx_rotary,
+    ("com.microsoft", "RotaryEmbedding"): contrib_rotary,
+}

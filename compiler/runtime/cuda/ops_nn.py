@@ -1,0 +1,187 @@
+"""Device ops with reductions or GEMMs: softmax, layer / RMS norms (with ORT's skip forms), MatMul,
+Gemm, convolution and pooling. GEMMs with a constant weight go through `ctx.gemm` (the step's tuned
+choice per M: a generated kernel or cuBLAS, see gemm.py); convolutions become GEMMs by im2col with
+the weight's own (Cout, Cin*kh*kw) layout as the (N, K) operand, depthwise ones a sum over taps."""
+
+from __future__ import annotations
+
+import math
+
+from ..kernels.common import arg, norm_axis
+from ..kernels.conv import geometry, taps
+from .gemm import split_residual
+from .ops_elementwise import activate
+
+
+def softmax(inputs, attrs, ctx):
+    xp, x = ctx.xp, inputs[0]
+    shape = x.shape
+    if ctx.opset >= 13:
+        axis = norm_axis(attrs.get("axis", -1), x.ndim)
+    else:  # older opsets flatten to 2-D at `axis`
+        split = norm_axis(attrs.get("axis", 1), x.ndim)
+        x, axis = x.reshape(math.prod(shape[:split]), -1), 1
+    e = xp.exp(x - x.max(axis=axis, keepdims=True))
+    e /= e.sum(axis=axis, keepdims=True)
+    return [e.reshape(shape)]
+
+
+def _normalize(x, scale, bias, first_axis: int, eps: float, center: bool, xp):
+    axes = tuple(range(first_axis, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True) if center else None
+    centered = x - mean if center else x
+    inv_std = 1.0 / xp.sqrt((centered * centered).mean(axis=axes, keepdims=True) + x.dtype.type(eps))
+    y = centered * inv_std
+    if scale is not None:
+        y = y * scale
+    if bias is not None:
+        y = y + bias
+    return y.astype(x.dtype, copy=False), mean, inv_std
+
+
+def layer_norm(inputs, attrs, ctx):
+    x = inputs[0]
+    y, mean, inv_std = _normalize(x, arg(inputs, 1), arg(inputs, 2), norm_axis(attrs.get("axis", -1), x.ndim),
+                                  attrs.get("epsilon", 1e-5), True, ctx.xp)
+    return [y, mean, inv_std]
+
+
+def rms_norm(inputs, attrs, ctx):
+    x = inputs[0]
+    y, _, inv_std = _normalize(x, arg(inputs, 1), None, norm_axis(attrs.get("axis", -1), x.ndim),
+                               attrs.get("epsilon", 1e-5), False, ctx.xp)
+    return [y, inv_std]
+
+
+def _skip_norm(center: bool):
+    def op(inputs, attrs, ctx):
+        x, skip, gamma = inputs[0], inputs[1], inputs[2]
+        beta, bias = (arg(inputs, 3), arg(inputs, 4)) if center else (None, arg(inputs, 3))
+        total = x + skip
+        if bias is not None:
+            total = total + bias
+        y, mean, inv_std = _normalize(total, gamma, beta, total.ndim - 1, attrs.get("epsilon", 1e-12), center, ctx.xp)
+        return [y, mean, inv_std, total]
+    return op
+
+
+def _rows(x, xp):
+    """(..., K) -> contiguous (M, K): the A operand (or the residual) of a GEMM site."""
+    return xp.ascontiguousarray(x.reshape(-1, x.shape[-1]))
+
+
+def matmul(inputs, attrs, ctx):
+    (a, b), residual = split_residual(inputs, ctx.gemm)
+    if ctx.gemm is not None and b.ndim == 2 and a.ndim >= 1:
+        out = ctx.gemm(_rows(a, ctx.xp), None if residual is None else _rows(residual, ctx.xp))
+        return [out.reshape(a.shape[:-1] + (out.shape[-1],))]
+    return [ctx.xp.matmul(a, b)]
+
+
+def gemm(inputs, attrs, ctx):
+    inputs, residual = split_residual(inputs, ctx.gemm)
+    a, b, c = inputs[0], inputs[1], arg(inputs, 2)
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    a = a.T if attrs.get("transA", 0) else a
+    if ctx.gemm is not None:  # the site holds B as (N, K)
+        y = ctx.gemm(ctx.xp.ascontiguousarray(a), None if residual is None else ctx.xp.ascontiguousarray(residual))
+    else:
+        y = ctx.xp.matmul(a, b.T if attrs.get("transB", 0) else b)
+    if alpha != 1.0:
+        y = y * y.dtype.type(alpha)
+    if c is not None and beta != 0.0 and not (ctx.gemm is not None and ctx.gemm.spec.owns("bias")):
+        y = y + (c if beta == 1.0 else c * c.dtype.type(beta))
+    return [y.astype(a.dtype, copy=False)]
+
+
+def _padded(x, geo, xp, value=0.0):
+    if not any(geo.pads_begin) and not any(geo.pads_end):
+        return x
+    widths = [(0, 0), (0, 0)] + list(zip(geo.pads_begin, geo.pads_end))
+    return xp.pad(x, widths, mode="constant", constant_values=value)
+
+
+def conv_forward(x, w, bias, attrs, ctx, residual=None):
+    xp = ctx.xp
+    n, c = x.shape[:2]
+    m, group = w.shape[0], attrs.get("group", 1)
+    kernel = tuple(attrs.get("kernel_shape") or w.shape[2:])
+    geo = geometry(x.shape[2:], kernel, attrs)
+    xpad = _padded(x, geo, xp)
+    cols = [xpad[window] for _, window in taps(kernel, geo)]  # each (N, C, *out)
+    if group == 1:
+        patches = xp.stack(cols, axis=2)                                     # N, C, T, *out
+        order = (0,) + tuple(range(3, patches.ndim)) + (1, 2)                # N, *out, C, T
+        a = xp.ascontiguousarray(patches.transpose(order)).reshape(-1, c * len(cols))
+        y2d = ctx.gemm(a) if ctx.gemm is not None else xp.matmul(a, w.reshape(m, -1).T)
+        y = y2d.reshape((n,) + geo.out + (m,))
+        y = xp.ascontiguousarray(xp.moveaxis(y, -1, 1))
+    elif group == c == m and w.shape[1] == 1:  # depthwise: a weighted sum of the taps
+        taps_w = w.reshape(m, -1)
+        y = None
+        for t, col in enumerate(cols):
+            term = col * taps_w[:, t].reshape((1, m) + (1,) * len(kernel))
+            y = term if y is None else y + term
+    else:
+        per = c // group
+        pieces = []
+        for g in range(group):
+            sub = xp.stack([col[:, g * per:(g + 1) * per] for col in cols], axis=2)
+            a = xp.ascontiguousarray(sub.transpose((0,) + tuple(range(3, sub.ndim)) + (1, 2))).reshape(-1, per * len(cols))
+            wg = w[g * (m // group):(g + 1) * (m // group)].reshape(m // group, -1)
+            pieces.append(xp.matmul(a, wg.T).reshape((n,) + geo.out + (m // group,)))
+        y = xp.ascontiguousarray(xp.moveaxis(xp.concatenate(pieces, axis=-1), -1, 1))
+    if bias is not None:
+        y = y + bias.reshape((1, m) + (1,) * len(kernel))
+    if residual is not None:
+        y = y + residual
+    return y.astype(x.dtype, copy=False)
+
+
+def _own(ctx, part: str) -> bool:
+    return ctx.gemm is not None and ctx.gemm.spec.owns(part)
+
+
+def conv(inputs, attrs, ctx):
+    return [conv_forward(inputs[0], inputs[1], None if _own(ctx, "bias") else arg(inputs, 2), attrs, ctx)]
+
+
+def fused_conv(inputs, attrs, ctx):
+    y = conv_forward(inputs[0], inputs[1], None if _own(ctx, "bias") else arg(inputs, 2), attrs, ctx,
+                     residual=arg(inputs, 3))
+    return [y if _own(ctx, "act") else activate(y, attrs.get("activation"), attrs.get("activation_params"), ctx)]
+
+
+def global_average_pool(inputs, attrs, ctx):
+    x = inputs[0]
+    return [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype, copy=False)]
+
+
+def global_max_pool(inputs, attrs, ctx):
+    x = inputs[0]
+    return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
+
+
+def max_pool(inputs, attrs, ctx):
+    x = inputs[0]
+    if attrs.get("ceil_mode", 0) or attrs.get("storage_order", 0):
+        raise NotImplementedError("MaxPool ceil_mode / storage_order on the device")  # the executor places it on the host
+    kernel = tuple(attrs["kernel_shape"])
+    geo = geometry(x.shape[2:], kernel, attrs)
+    xpad = _padded(x, geo, ctx.xp, value=-math.inf)
+    y = None
+    for _, window in taps(kernel, geo):
+        y = xpad[window] if y is None else ctx.xp.maximum(y, xpad[window])
+    return [ctx.xp.ascontiguousarray(y)]
+
+
+max_pool.may_run = lambda attrs: not attrs.get("ceil_mode", 0) and not attrs.get("storage_order", 0)
+
+NN = {
+    ("", "Softmax"): softmax, ("", "LayerNormalization"): layer_norm,
+    ("", "RMSNormalization"): rms_norm, ("", "SimplifiedLayerNormalization"): rms_norm,
+    ("com.microsoft", "SkipLayerNormalization"): _skip_norm(True),
+    ("com.microsoft", "SkipSimplifiedLayerNormalization"): _skip_norm(False),
+    ("", "MatMul"): matmul, ("", "Gemm"): gemm, ("", "Conv"): conv, ("com.microsoft", "FusedConv"): fused_conv,
+    ("", "GlobalAveragePool"): global_average_pool, ("", "GlobalMaxPool"): global_max_pool, ("", "MaxPool"): max_pool,
+}

@@ -1,0 +1,100 @@
+"""The cuda tests' stand-in device: a fake CUDA fingerprint, NumPy as the array module, generated
+kernels run by the CPU emulator (launches with the CuPy launcher's signature), and a fake bench.
+Real cubins are compiled with nvcc where it is installed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from infc.compiler import build_cuda, target
+from infc.compiler.autotune.gpu_gemm import GpuTarget
+from infc.compiler.codegen import emulate
+from infc.compiler.codegen.cache import CubinCache
+from infc.compiler.codegen.chain_kernel import arg_types as chain_arg_types, render_chain
+from infc.compiler.runtime.cuda import backend as backend_module, plan_loader
+
+FAKE_GPU = {"kind": "cuda", "gpu": "NVIDIA H200 (stand-in)", "cc": "9.0", "arch": "sm_90", "sms": 132,
+            "driver": 13000, "cuda_runtime": 13000, "cupy": "14.2.0"}
+EMULATED = "simt_f32_64x32x16x4x4_plain"  # the tile the fake bench makes fastest: run by the emulator
+
+
+def numpy_launch(a, w, out, M, N, K, **_):
+    np.matmul(a, w.T, out=out)
+
+
+def fake_times(run) -> list[float]:
+    """cuBLAS 10 us; the emulated tile 8 us; other tiles 12 us (served by NumPy)."""
+    return [8e-6] * 3 if run.name == EMULATED else [1e-5] * 3 if run.name == "cublas" else [1.2e-5] * 3
+
+
+EMU_CACHE = Path(__file__).resolve().parents[2] / "cache" / "emu"  # git-ignored; libraries named by content
+
+
+@pytest.fixture(scope="session")
+def emu_dir(tmp_path_factory):
+    """Emulator builds (a few seconds of g++ each) kept between sessions: names are content hashes and
+    writes are renamed into place, so a stale or concurrent entry cannot be picked up."""
+    if emulate.find_cxx() is None:
+        pytest.skip("no C++ compiler for the CUDA emulator")
+    try:
+        EMU_CACHE.mkdir(parents=True, exist_ok=True)
+        return EMU_CACHE
+    except OSError:
+        return tmp_path_factory.mktemp("emu")
+
+
+@pytest.fixture(scope="session")
+def emulated_kernels(emu_dir):
+    """Variant name -> launch: the emulator for EMULATED and its fused-epilogue forms, NumPy for the others."""
+    from infc.compiler.codegen.variants import variant_named
+
+    class Launches(dict):
+        def __missing__(self, name):
+            variant = variant_named(name)
+            is_emulated = (variant.family, variant.tile) == (variant_named(EMULATED).family, variant_named(EMULATED).tile)
+            self[name] = emulate.Kernel(variant, emu_dir, num_sms=4) if is_emulated else numpy_launch
+            return self[name]
+
+    return Launches()
+
+
+@pytest.fixture
+def numpy_gpu(emulated_kernels):
+    return GpuTarget(np, "cuda-sm_90-test", lambda variant: emulated_kernels[variant.name], fake_times, seed=5)
+
+
+@pytest.fixture
+def stand_in_device(monkeypatch, numpy_gpu, emulated_kernels, emu_dir):
+    """A cuda build and PlanSession on the stand-in: the probe finds FAKE_GPU, tuning uses numpy_gpu, the
+    executor NumPy, and plan kernels (checked to be sm_90 cubins) run on the emulator. Returns the loaded images."""
+    monkeypatch.setattr(target, "probe_cuda", lambda: (FAKE_GPU, None))
+    monkeypatch.setattr(target, "cuda_fingerprint", lambda: FAKE_GPU)
+    monkeypatch.setattr(build_cuda, "cuda_fingerprint", lambda: FAKE_GPU)
+    monkeypatch.setattr(build_cuda, "device_target", lambda fingerprint, cache_dir: numpy_gpu)
+    monkeypatch.setattr(build_cuda, "cubin_cache", lambda cache_dir: CubinCache())  # cache/cubins: by content
+    monkeypatch.setattr(backend_module, "cupy_backend", backend_module.numpy_backend)
+    loaded = {}
+
+    def launches(images, load_module=None, num_sms=None):
+        for name, image in images.items():
+            assert image.cubin.startswith(b"\x7fELF") and image.arch == "sm_90"
+            loaded[name] = image
+        return {name: emulated_kernels[name] for name in images}
+
+    def chain_functions(images, program, load_module=None):  # the same chains, rendered for the emulator
+        functions = {}
+        for entry, image in images.items():
+            assert image.cubin.startswith(b"\x7fELF")
+            step = program[image.steps[0]]
+            source, rendered = render_chain(step["attrs"]["ops"], len(step["inputs"]))
+            assert rendered == entry
+            functions[entry] = emulate.Function(source, entry, chain_arg_types(image.num_inputs), emu_dir)
+            loaded[entry] = image
+        return functions
+
+    monkeypatch.setattr(plan_loader, "kernel_launches", launches)
+    monkeypatch.setattr(plan_loader, "chain_functions", chain_functions)
+    return loaded

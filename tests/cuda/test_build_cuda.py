@@ -1,0 +1,102 @@
+"""`infc build --target cuda` end to end on a stand-in device (tests/cuda/conftest.py): GPU tuning per
+shape bucket with cuBLAS always a candidate, real nvcc sm_90 cubins of the winners as plan
+sections, and the plan loaded through PlanSession into the device executor (NumPy backend, the
+winner's launches on the CPU emulator), checked against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from infc.compiler import target
+from infc.compiler.build import BuildOptions, build
+from infc.compiler.codegen.compile import find_nvcc
+from infc.compiler.codegen.variants import variant_named
+from infc.compiler.plan.format import read_plan
+from infc.compiler.runtime.feeds_io import random_plan_feeds
+from infc.compiler.runtime.session import PlanSession
+from infc.compiler.verify import ort_session
+from infc.compiler.model_io import load_model
+
+from .conftest import EMULATED
+
+pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc (CUDA 13.0) not installed")
+
+
+@pytest.mark.parametrize("model", ["cnn_ts.onnx", "bert_ts.onnx"])
+def test_cuda_plan_matches_onnxruntime(model, tmp_path, stand_in_device):
+    path = f"tests/models/{model}"
+    plan_path = tmp_path / "model.plan"
+    report = build(path, None, str(plan_path), BuildOptions(target="cuda", cache_dir=tmp_path / "cache", show_progress=False))
+    assert report["target"] == "cuda" and report["fingerprint"]["kind"] == "cuda"
+    plan = read_plan(plan_path)
+    cuda = plan.meta["cuda"]
+    assert cuda["gemms"], "every GEMM site is recorded"
+    for row in plan.meta["tuning"]:  # cuBLAS always competes; rates and % of cuBLAS reported
+        names = [c["config"] for c in row["candidates"]]
+        assert "cublas" in names
+        assert row["winner"] in (EMULATED, "cublas")
+        assert all(c["tflops"] and c["gb_s"] for c in row["candidates"] if c["status"] == "ok")
+    won = {row["winner"] for row in plan.meta["tuning"]}
+    assert (EMULATED in won) == bool(cuda["kernels"])  # the winner's tile, plain or with a site's epilogue
+    assert {variant_named(name).tile for name in cuda["kernels"]} <= {variant_named(EMULATED).tile}
+    for entry in cuda["gemms"]:  # a fused epilogue only where a generated kernel won
+        fused = [c for c in entry["choices"] if c.get("fused")]
+        assert bool(fused) == ("epilogue" in entry)
+        assert all(variant_named(c["kernel"]).params["bias"] == (entry["epilogue"]["bias"] is not None) for c in fused)
+    for name, info in cuda["kernels"].items():
+        assert plan.sections[info["section"]].tobytes().startswith(b"\x7fELF")
+        assert info["resources"]["stack_frame"] == 0
+
+    session = PlanSession(plan_path)
+    feeds = session.check_feeds(random_plan_feeds(session, 11), "random")
+    names = session.output_names
+    expected = ort_session(load_model(path)).run(names, feeds)
+    actual = session.run(feeds)
+    for name, want in zip(names, expected):
+        got = actual[name]
+        assert isinstance(got, np.ndarray) and type(got) is np.ndarray  # copied back to the host
+        error = np.abs(got.astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30)
+        assert error <= 1e-4, f"{name}: max error {error:.2e}"
+    placed = session.executor.report()
+    assert placed["placement"].get("device gemm", 0) == len(cuda["gemms"])
+    launched = placed["gemm_launches"]
+    assert sum(launched.values()) == len(cuda["gemms"])
+    if EMULATED in cuda["kernels"]:
+        assert launched.get(EMULATED)
+    assert set(stand_in_device) == set(cuda["kernels"]) | set(cuda["chains"])  # every cubin loaded, from the plan
+    chain_steps = [i for i in range(len(plan.meta["program"])) if plan.meta["program"][i]["op"] == "ElementwiseChain"]
+    absorbed = {i for entry in cuda["gemms"] for i in (entry.get("epilogue") or {}).get("absorbed", ())}
+    compiled = sorted(i for info in cuda["chains"].values() for i in info["steps"])
+    assert compiled == [i for i in chain_steps if i not in absorbed]  # every float32 chain that still runs
+    assert placed["chain_launches"] == len(compiled) and placed["chain_kernels"] == len(compiled)
+
+
+def test_target_cuda_without_device_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(target, "probe_cuda", lambda: (None, "no CUDA device (CuPy 14.2.0 sees none)"))
+    from infc.compiler.errors import BadInput
+
+    with pytest.raises(BadInput, match="--target cuda: no CUDA device"):
+        build("tests/models/cnn_ts.onnx", None, str(tmp_path / "x.plan"), BuildOptions(target="cuda", cache_dir=tmp_path))
+    assert not (tmp_path / "x.plan").exists()
+
+
+def test_gpu_check_end_to_end_step_on_the_stand_in(stand_in_device, tmp_path, monkeypatch):
+    """bench/gpu_check.py's end-to-end step, as the H200 run will call it, on the stand-in device."""
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check_e2e_under_test", script)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    assert {"bert_ts.onnx", "gpt2_ts.onnx", "llama_ts.onnx", "cnn_ts.onnx"} <= {Path(m).name for m in gpu_check.E2E_MODELS}
+    models = gpu_check.E2E_MODELS[:2]  # the other models' device ops: tests/cuda/test_device_ops.py
+    records = gpu_check.end_to_end(argparse.Namespace(cubins=tmp_path / "cache" / "cubins"), seed=3, models=models)
+    assert [Path(r["model"]).name for r in records] == ["cnn_ts.onnx", "bert_ts.onnx"]
+    for record in records:
+        assert record["ok"], record.get("error")
+        assert record["max_rel_err"] <= 1e-4 and record["executor"]["placement"]["device gemm"] > 0
+        assert record["tuning"] and record["latency_ms_median"] > 0
+        assert record["host_fallback_ops"] == [] and record["self_check"]["max_rel_diff"] <= 1e-4
