@@ -134,3 +134,41 @@ def test_batchnorm_after_2d_matmul_folds_into_weights():
     assert rule_stats(result, "fold_batchnorm_into_matmul") == (1, {})
     assert ops_of(result.model) == ["MatMul", "Add"]
     assert_matches_ort(model, result.model)
+
+
+def _conv_transpose_model(group: int, epilogues: tuple[str, ...]):
+    """ConvTranspose (a decoder head's upsampling) followed by per-channel Add/Mul/Div and BatchNorm."""
+    cin, cout = 4, 6
+    inits = {"w": RNG.standard_normal((cin, cout // group, 2, 2)).astype(F32)}
+    nodes, last = [helper.make_node("ConvTranspose", ["x", "w"], ["t0"], strides=[2, 2], group=group)], "t0"
+    for i, kind in enumerate(epilogues):
+        out = f"t{i + 1}" if i + 1 < len(epilogues) else "y"
+        if kind == "BatchNormalization":
+            for name, low in (("scale", 0.5), ("bias", -1), ("mean", -1), ("var", 0.5)):
+                inits[name] = RNG.uniform(low, 2, cout).astype(F32)
+            nodes.append(helper.make_node(kind, [last, "scale", "bias", "mean", "var"], [out], epsilon=1e-3))
+        else:
+            inits[f"k{i}"] = RNG.uniform(0.5, 2, (cout, 1, 1)).astype(F32)
+            nodes.append(helper.make_node(kind, [last, f"k{i}"], [out]))
+        last = out
+    return make_model(nodes, [("x", F32, [1, cin, 5, 5])], [("y", F32, [1, cout, 10, 10])], inits)
+
+
+def test_bias_add_batchnorm_and_scales_fold_into_conv_transpose():
+    for group in (1, 2):
+        model = _conv_transpose_model(group, ("Add", "BatchNormalization", "Mul", "Div"))
+        result = _run(model, InferShapes(), *(s.pass_ for s in PIPELINE[1].steps
+                                              if "batchnorm" in s.pass_.name or "affine" in s.pass_.name), RemoveDeadCode())
+        assert ops_of(result.model) == ["ConvTranspose"], group
+        assert_matches_ort(model, result.model)
+
+
+def test_batchnorm_with_other_channel_count_than_conv_transpose_output_is_rejected():
+    # ConvTranspose(group 2) weight [4, 3, 2, 2] has 6 output channels; a 3-channel BN must not fold
+    model = _conv_transpose_model(2, ("BatchNormalization",))
+    for tensor in model.graph.initializer:
+        if tensor.name in ("scale", "bias", "mean", "var"):
+            tensor.CopyFrom(onnx.numpy_helper.from_array(np.ones(3, F32), tensor.name))
+    result = run_rules(model, batchnorm.RULES, infer_shapes=False)
+    assert rule_stats(result, "fold_batchnorm_into_conv") == (
+        0, {"BatchNormalization channels differ from the Conv output channels": 1})

@@ -1,7 +1,7 @@
-"""BatchNormalization folded into the Conv or MatMul/Gemm that feeds it.
+"""BatchNormalization folded into the Conv, ConvTranspose or MatMul/Gemm that feeds it.
 
     x ─► Conv(W, B?) ─► BatchNormalization(scale, bias, mean, var) ─►
-      ==>  x ─► Conv(W * s, (B - mean) * s + bias) ─►        s = scale / sqrt(var + eps)
+      ==>  x ─► Conv(W * s, (B - mean) * s + bias) ─►        s = scale / sqrt(var + eps) per output channel
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import onnx_graphsurgeon as gs
 
 from ..engine import Match, Rule
 from ..pattern import const, op, var
+from .channel import out_channels, scale_out_channels
 
 
 def _bn_scale_shift(m: Match):
@@ -32,6 +33,8 @@ def _check_conv(m: Match) -> str | None:
         return "Conv bias is not a constant"
     if m.const("w").dtype.kind != "f":
         return "Conv weight is not floating point"
+    if m.const("scale").size != out_channels(conv.op, m.const("w"), conv.attrs.get("group", 1)):
+        return "BatchNormalization channels differ from the Conv output channels"
     return _check_bn(m)
 
 
@@ -40,9 +43,9 @@ def _fold_into_conv(m: Match):
     scale, shift = _bn_scale_shift(m)
     w = m.const("w")
     bias = np.asarray(conv.inputs[2].values, dtype=np.float64) if len(conv.inputs) > 2 else 0.0
-    new_w = (w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    new_w = scale_out_channels(conv.op, w.astype(np.float64), scale, conv.attrs.get("group", 1)).astype(w.dtype)
     new_b = (bias * scale + shift).astype(w.dtype)
-    return [gs.Node("Conv", attrs=dict(conv.attrs), inputs=[m["x"], m.constant("bn_folded_w", new_w),
+    return [gs.Node(conv.op, attrs=dict(conv.attrs), inputs=[m["x"], m.constant("bn_folded_w", new_w),
                                                            m.constant("bn_folded_b", new_b)], outputs=m.outputs)]
 
 
@@ -68,7 +71,8 @@ _STATS = (const("scale"), const("bias"), const("mean"), const("var"))
 
 RULES = (
     Rule("fold_batchnorm_into_conv",
-         op.BatchNormalization(op.Conv(var("x"), const("w"), name="conv", allow_extra_inputs=True), *_STATS, name="bn"),
+         op.BatchNormalization(op.any("Conv", "ConvTranspose")(var("x"), const("w"), name="conv", allow_extra_inputs=True),
+                               *_STATS, name="bn"),
          _fold_into_conv, _check_conv),
     Rule("fold_batchnorm_into_matmul",
          op.BatchNormalization(op.MatMul(var("x"), const("w"), name="matmul"), *_STATS, name="bn"),
