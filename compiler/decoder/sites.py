@@ -34,6 +34,7 @@ class Site:
     kv_num_heads: int
     head_dim: int
     scale: float
+    bias: gs.Tensor | None  # the additive (or boolean) mask; mask_check.py proves it causal
 
     @property
     def q_is_4d(self) -> bool:
@@ -84,6 +85,8 @@ def site_of(node: gs.Node, graph_inputs: set[int]) -> tuple[Site | None, str | N
         return None, "MultiHeadAttention has a QKV bias, key padding or past inputs"
     if node.op == "Attention" and (inputs[4] is not None or node.attrs.get("softcap", 0.0)):
         return None, "Attention has past inputs or a softcap"
+    if node.attrs.get("is_causal", 0):  # ONNX aligns it to the upper left: wrong once there is a past
+        return None, "Attention has is_causal set"
     if len([o for o in node.outputs if not o.is_empty()]) != 1:
         return None, "attention has present or score outputs"
     k_concat, reason = _kv_concat(inputs[1], graph_inputs)
@@ -98,8 +101,10 @@ def site_of(node: gs.Node, graph_inputs: set[int]) -> tuple[Site | None, str | N
     if not (kv_heads and head_dim and num_heads) or num_heads % kv_heads:
         return None, "head counts or head size are not static"
     scale = node.attrs.get("scale") or 1.0 / np.sqrt(head_dim)
+    bias = inputs[5] if node.op == "MultiHeadAttention" else inputs[3]
     site = Site(node, q, k_concat.inputs[1], v_concat.inputs[1], (past_k, past_v),
-                (k_concat.outputs[0], v_concat.outputs[0]), int(num_heads), kv_heads, head_dim, float(scale))
+                (k_concat.outputs[0], v_concat.outputs[0]), int(num_heads), kv_heads, head_dim, float(scale),
+                bias)
     return site, None
 
 

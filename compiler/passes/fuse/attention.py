@@ -1,12 +1,17 @@
 """Scaled dot-product attention, written out, into one node.
 
-  q (B,N,S,H) ──────► MatMul ─► Mul|Div(scale)? ─► Where(cond, ·, fill)? ─► Add(mask)? ─► Softmax ─┐
-  kt (B,N,H,T) ───────┘                                                     v (B,N,T,H) ─► MatMul ◄┘
-    ─► ctx ─► Transpose(0,2,1,3) ─► Reshape(B, S, N*H) ─►
+  q (B,N,S,H) ─► Mul(√s)? ─► MatMul ─► Mul|Div(scale)? ─► Where(cond, ·, fill)? ─► Add(mask)? ─┐
+  kt (B,N,H,T) ─► Mul(√s)? ───┘                                                                  │
+    ┌─ Where(IsNaN(p), 0, p)? (torch's SDPA export) ◄─ p ◄─ Softmax ◄──────────────────────────┘
+    └─► MatMul ◄─ v (B,N,T,H)
+    ─► ctx ─► Reshape(to ctx's own shape)? ─► Transpose(0,2,1,3) ─► Reshape(B, S, N*H) ─►
   opset >= 23 ==> ctx = Attention(q, k, v, bias)                            ONNX op, 4-D in and out
   opset <  23 ==> com.microsoft MultiHeadAttention(q as (B,S,N*H), k, v, attention_bias=bias) ─►
   k = kt transposed back; scale: the graph's; bias: the graph's own mask made additive (exact for any
   mask). Past K/V stay the graph's Concats; grouped KV heads arrive repeated by the graph's repeat_kv.
+  The scale: the product of the graph's factors (torch's SDPA export scales q and kt by √scale each).
+  The NaN guard zeroes rows masked entirely by -inf: ORT's Attention gives zeros there by itself,
+  MultiHeadAttention gives NaN, so its output gets the same guard.
 """
 
 from __future__ import annotations
@@ -19,13 +24,22 @@ from ...graph import CONTRIB_DOMAIN, opset_of
 from ..engine import Match, Rule
 from ..pattern import const, op, var
 from .attention_builder import Builder, shape_of, transposed
-from .attention_layout import head_dims, keeps_leading_dims, merged_heads, reads_merged
+from .attention_layout import (head_dims, keeps_leading_dims, merged_heads, reads_merged, reshapes_to_own_shape,
+                               unflattened_transpose)
 from .attention_mask import attention_bias
 
 
+SCALES = ("scale", "q_scale", "k_scale")
+
+
 def _scale(m: Match) -> float | None:
-    value, is_div = (m.const("scale"), m.node("scale").op == "Div") if "scale" in m.values else (np.ones(1), False)
-    return float(value.reshape(-1)[0]) ** (-1 if is_div else 1) if value.size == 1 and value.all() else None
+    product = 1.0
+    for name in (n for n in SCALES if n in m.values):
+        value, is_div = m.const(name), m.node(name).op == "Div"
+        if value.size != 1 or not value.all():
+            return None
+        product *= float(value.reshape(-1)[0]) ** (-1 if is_div else 1)
+    return product
 
 
 def _check(target: str, m: Match) -> str | None:
@@ -41,43 +55,69 @@ def _check(target: str, m: Match) -> str | None:
         return "scale is not a finite nonzero scalar"
     if fill is not None and not (fill.size == 1 and float(fill.reshape(-1)[0]) <= -1e30):  # fill + score == fill
         return "Where fill value is not -inf or <= -1e30"
+    nan_fill = m.const("nan_fill") if "nan_fill" in m.values else None
+    if nan_fill is not None and not (nan_fill.size == 1 and float(nan_fill.reshape(-1)[0]) == 0):
+        return "Softmax NaN guard does not write zeros"
     if target == "mha" and list(m.node("to_bsnh").attrs.get("perm", [])) != [0, 2, 1, 3]:
         return "context is not transposed to (B, S, N, H)"
-    return "Q, K, V are not 4-D with known, equal head counts and sizes" if head_dims(m["q"], m["kt"], m["v"]) is None \
-        else None
+    dims = head_dims(m["q"], m["kt"], m["v"])
+    if dims is None:
+        return "Q, K, V are not 4-D with known, equal head counts and sizes"
+    queries = [m["q"]] + ([m.node("q_scale").outputs[0]] if "q_scale" in m.values else [])
+    (batch, _, seq, _), (n, hv) = shape_of(m["q"], 4) or [None] * 4, dims
+    if "heads_shape" in m.values and not reshapes_to_own_shape(m.node("unmerge"), [batch, n, seq, hv], {2: queries}):
+        return "context Reshape does not provably keep its (B, N, S, H) shape"
+    return None
 
 
 def _rewrite(target: str, m: Match):
     b, (n, hv), dtype, is_onnx = Builder(m), head_dims(m["q"], m["kt"], m["v"]), m.outputs[0].dtype, target == "onnx"
-    key, q = transposed(b, m["kt"], [0, 1, 3, 2]), m["q"] if is_onnx else merged_heads(b, m["q"])
+    key = unflattened_transpose(m["kt"]) or transposed(b, m["kt"], [0, 1, 3, 2])
+    q = m["q"] if is_onnx else merged_heads(b, m["q"])
     bias = attention_bias(b, m, (q, 2 if is_onnx else 1), (key, 2), is_onnx)
     if is_onnx:
         b("Attention", q, key, m["v"], *[bias] if bias is not None else [], out=m.outputs[0], scale=_scale(m))
         return b.nodes
     merge, ctx_BSNH, is_direct = m.node("merge"), m.node("to_bsnh").outputs[0], keeps_leading_dims(m.node("merge"), 3)
+    is_guarded, out = "nan_fill" in m.values, m.outputs[0] if is_direct else None
     y = b("MultiHeadAttention", q, key, m["v"], None, None, bias, domain=CONTRIB_DOMAIN, num_heads=n,
-          scale=_scale(m), out=m.outputs[0] if is_direct else None, dtype=dtype)
+          scale=_scale(m), out=None if is_guarded else out, dtype=dtype)
+    if is_guarded:
+        y = b("Where", b("IsNaN", y, dtype=np.bool_), m["nan_fill"], y, out=out, dtype=dtype)
     # Not provably (B, S, N*H): the graph's own Reshape stays, exact whatever its shape input holds.
     src = y if is_direct or reads_merged(merge) else ctx_BSNH
     matched = {id(x) for x in m.nodes}
-    is_read = any(id(c) not in matched for c in ctx_BSNH.outputs) or any(t is ctx_BSNH for t in m.graph.outputs)
-    if src is ctx_BSNH or is_read:
-        b("Reshape", y, b.const([0, 0, n, hv]), out=m.exposed["to_bsnh"][0])  # e.g. for Shape nodes
+    is_read = {name: any(id(c) not in matched for c in m.exposed[name][0].outputs) or
+               any(t is m.exposed[name][0] for t in m.graph.outputs) for name in m.exposed}
+    if src is ctx_BSNH or is_read["to_bsnh"] or is_read.get("pv"):  # e.g. for Shape nodes
+        b("Reshape", y, b.const([0, 0, n, hv]), out=ctx_BSNH)
+    if is_read.get("pv"):  # the context as (B, N, S, H), read by the shape of the Reshape matched around it
+        b("Transpose", ctx_BSNH, perm=[0, 2, 1, 3], out=m.exposed["pv"][0])
     if not is_direct:
         b("Reshape", src, m["shape"], out=m.outputs[0], **dict(merge.attrs))
     return b.nodes
 
 
-def _pattern(target: str, is_scaled: bool, mask: str):
-    s = op.MatMul(var("q"), var("kt"), name="qk")
-    s = op.any("Mul", "Div")(s, const("scale"), name="scale") if is_scaled else s
+def _pattern(target: str, scaled: str, mask: str, is_nan_guarded: bool, is_unmerged: bool = False):
+    """scaled: "scores" (Mul|Div after the MatMul), "split" (Mul on q and on kt) or "none"."""
+    q, kt = var("q"), var("kt")
+    if scaled == "split":
+        q, kt = op.Mul(q, const("q_scale"), name="q_scale"), op.Mul(kt, const("k_scale"), name="k_scale")
+    s = op.MatMul(q, kt, name="qk")
+    s = op.any("Mul", "Div")(s, const("scale"), name="scale") if scaled == "scores" else s
     s = op.Where(var("cond"), s, const("fill")) if "where" in mask else s
     s = op.Add(s, var("mask")) if "add" in mask else s
-    ctx = op.MatMul(op.Softmax(s, name="softmax"), var("v"), name="pv")
+    p = op.Softmax(s, name="softmax")
+    p = op.Where(op.IsNaN(p), const("nan_fill"), p) if is_nan_guarded else p
+    ctx = op.MatMul(p, var("v"), name="pv")
+    ctx = op.Reshape(ctx, var("heads_shape"), name="unmerge") if is_unmerged else ctx
     return ctx if target == "onnx" else op.Reshape(op.Transpose(ctx, name="to_bsnh"), var("shape"), name="merge")
 
 
+# ONNX Attention replaces only ctx; the unmerging Reshape (torch's SDPA export) is left as it is.
 RULES = tuple(
-    Rule(f"attention_{target}", _pattern(target, is_scaled, mask), partial(_rewrite, target), partial(_check, target),
-         exposed=("to_bsnh",) if target == "mha" else ())
-    for target in ("onnx", "mha") for is_scaled in (True, False) for mask in ("where_add", "add", "where", "none"))
+    Rule(f"attention_{target}", _pattern(target, scaled, mask, is_guarded, is_unmerged), partial(_rewrite, target),
+         partial(_check, target), exposed=("to_bsnh", "pv") if target == "mha" else ())
+    for target, is_unmerged in (("onnx", False), ("mha", True), ("mha", False))
+    for scaled in ("scores", "split", "none") for mask in ("where_add", "add", "where", "none")
+    for is_guarded in (False, True))

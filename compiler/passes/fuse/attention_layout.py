@@ -3,36 +3,10 @@ that keep the leading (B, S) dims, heads split from and merged back to (B, S, N*
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
-from ...graph import const_value
 from .attention_builder import Builder, producer, same_dim, shape_of, transposed
-
-
-def shape_elements(t: gs.Tensor) -> list:
-    """A 1-D shape tensor as ints (constants) and scalar tensors; [] when that is not known."""
-    if const_value(t) is not None:
-        return [int(v) for v in np.ravel(const_value(t))]
-    node, out = producer(t), []
-    for part in node.inputs if node is not None and node.op == "Concat" else []:
-        inner = producer(part)
-        if const_value(part) is not None:
-            out += [int(v) for v in np.ravel(const_value(part))]
-        elif inner is not None and inner.op == "Unsqueeze" and shape_of(inner.inputs[0], 0) is not None:
-            out.append(inner.inputs[0])
-        else:
-            return []
-    return out
-
-
-def _is_dim_of(e: gs.Tensor, t: gs.Tensor, axis: int) -> bool:
-    """`e` is Gather(Shape(t), axis): that runtime dim itself."""
-    node = producer(e)
-    shape = producer(node.inputs[0]) if node is not None and node.op == "Gather" else None
-    index = const_value(node.inputs[1]) if shape is not None else None
-    return (shape is not None and shape.op == "Shape" and shape.inputs[0] is t and not shape.attrs.get("start")
-            and node.attrs.get("axis", 0) == 0 and index is not None and index.size == 1 and int(index) == axis)
+from .attention_dims import DimOf, is_dim_of, shape_elements
 
 
 def keeps_leading_dims(reshape: gs.Node, rank: int) -> bool:
@@ -43,10 +17,55 @@ def keeps_leading_dims(reshape: gs.Node, rank: int) -> bool:
         return False
     for axis in (0, 1):
         e, dim = elems[axis] if elems else None, src.shape[axis] if src.shape is not None else None
-        if not (out is not None and same_dim(out[axis], dim) or isinstance(e, gs.Tensor) and _is_dim_of(e, src, axis)
+        if not (out is not None and same_dim(out[axis], dim) or is_dim_of(e, src, axis)
                 or isinstance(e, int) and (e == 0 and not allowzero or same_dim(e, dim))):
             return False
     return True
+
+
+def reshapes_to_own_shape(reshape: gs.Node, dims: list, aliases: dict[int, list[gs.Tensor]]) -> bool:
+    """Reshape(x, shape) provably gives x back: x's dims are `dims` (ints or dim names where known), and
+    each entry of the shape copies (0), equals the known dim, is a runtime dim of x, of a tensor in
+    aliases[axis] (whose dim there equals x's) or of any tensor whose dim has the same name, or is
+    the one -1 left when all others are proven."""
+    elems, allowzero = shape_elements(reshape.inputs[1]), reshape.attrs.get("allowzero", 0)
+    if len(elems) != len(dims):
+        return False
+    num_inferred = 0
+    for axis, (e, dim) in enumerate(zip(elems, dims)):
+        if isinstance(e, DimOf):
+            named = e.tensor.shape[e.axis] if e.tensor.shape is not None else None
+            if not (any(is_dim_of(e, t, axis) for t in [reshape.inputs[0], *aliases.get(axis, [])])
+                    or same_dim(named, dim)):
+                return False
+        elif isinstance(e, gs.Tensor):
+            return False
+        elif e == -1:
+            num_inferred += 1
+        elif not (e == 0 and not allowzero or isinstance(dim, int) and e == dim):
+            return False
+    return num_inferred <= 1
+
+
+def _is_dims_of(elems: list, x: gs.Tensor, axes: list[int]) -> bool:
+    """Shape entries that are provably x's dims at `axes` (its runtime dims, or static ones)."""
+    return len(elems) == len(axes) and all(
+        is_dim_of(e, x, a) or isinstance(e, int) and e > 0 and e == x.shape[a] for e, a in zip(elems, axes))
+
+
+def unflattened_transpose(t: gs.Tensor) -> gs.Tensor | None:
+    """x when t = Reshape(Transpose(Reshape(x (B,N,A,C), [-1, A, C]), (0, 2, 1)), [B, N, C, A]), that
+    is t == Transpose(x, (0, 1, 3, 2)): torch's matmul with a transposed 4-D operand, exported in 3-D."""
+    outer = producer(t)
+    mid = producer(outer.inputs[0]) if outer is not None and outer.op == "Reshape" else None
+    is_swap = mid is not None and mid.op == "Transpose" and list(mid.attrs.get("perm", [])) == [0, 2, 1]
+    inner = producer(mid.inputs[0]) if is_swap else None
+    if inner is None or inner.op != "Reshape" or shape_of(inner.inputs[0], 4) is None:
+        return None
+    x, flat = inner.inputs[0], shape_elements(inner.inputs[1])
+    if flat[:1] != [-1] or not _is_dims_of(flat[1:], x, [2, 3]):
+        return None
+    return x if _is_dims_of(shape_elements(outer.inputs[1]), x, [0, 1, 3, 2]) else None
 
 
 def head_dims(q: gs.Tensor, kt: gs.Tensor, v: gs.Tensor) -> tuple[int, int] | None:

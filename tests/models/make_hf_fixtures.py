@@ -1,0 +1,64 @@
+#!/usr/bin/env python
+"""Regenerate the tiny Hugging Face decoder fixtures tests/models/hf/*.onnx
+(tests/decoder/test_hf_decoders.py; a folder of their own, so tests that take every tests/models/*.onnx
+do not).
+
+    pip install torch==2.13.0 transformers onnxscript     # script-only deps
+    python tests/models/make_hf_fixtures.py [--only NAME]
+
+Each is a transformers model class with random weights, exported by scripts/export_hf_decoders.py
+the way users export real checkpoints, at the smallest size that still has grouped KV heads (vocab
+128, hidden 32, MLP 64, 128 positions, tied embeddings). qwen2_optimum needs optimum-onnx, which pins
+transformers < 4.58: run that one from an environment that has it (`pip install optimum-onnx`).
+"""
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import onnx
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "hf"
+SCRIPT = HERE.parents[1] / "scripts" / "export_hf_decoders.py"
+# fixture name: (architecture, exporter); what each covers is in tests/decoder/test_hf_decoders.py
+FIXTURES = {
+    "qwen2_optimum": ("qwen2", "optimum"),
+    "phi3_dynamo": ("phi3", "dynamo"),
+    "gpt2_ts": ("gpt2", "ts"),
+    "mistral_window_ts": ("mistral_window", "ts"),  # one layer is enough to be refused
+}
+LAYERS = {"mistral_window_ts": 1}
+TINY = {"vocab_size": 128, "hidden_size": 32, "n_embd": 32, "intermediate_size": 64, "n_inner": 64,
+        "tie_word_embeddings": True, "max_position_embeddings": 128, "n_positions": 128}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=sorted(FIXTURES), help="regenerate one fixture")
+    spec = importlib.util.spec_from_file_location("export_hf_decoders", SCRIPT)
+    export = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(export)
+    only = parser.parse_args().only
+    OUT.mkdir(exist_ok=True)
+    for name, (arch, exporter) in FIXTURES.items():
+        if only and name != only:
+            continue
+        path = OUT / f"{name}.onnx"
+        model = export.make_model(arch, **TINY, num_hidden_layers=LAYERS.get(name, 2))
+        export.EXPORTERS[exporter](model, path)
+        m = onnx.load(str(path))
+        m.ir_version = min(m.ir_version, 10)
+        for node in m.graph.node:  # small, reproducible bytes: no stack traces with local paths, no notes
+            del node.metadata_props[:]
+            node.doc_string = ""
+        onnx.save(m, str(path))
+        diff = export.check(model, path)
+        print(json.dumps({"fixture": str(path), "bytes": path.stat().st_size, "max_abs_diff_vs_transformers": diff}))
+        if diff > export.CHECK_TOL:
+            raise SystemExit(f"error: {path} differs from transformers by {diff:.3g}")
+
+
+if __name__ == "__main__":
+    main()
