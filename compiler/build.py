@@ -14,16 +14,16 @@ import numpy as np
 from .. import __version__
 from .build_precision import PrecisionSettings, reduce_precision
 from .engine_cache import EngineCache, default_cache_dir
-from .errors import BadInput
+from .errors import BadInput, InfcError
 from .graph import import_graph
 from .lower import Program, lower_graph, value_info
 from .memory_plan import plan_memory
 from .model_io import load_model
 from .optimize import optimize_model
 from .plan.format import write_plan
-from .profile import Profile, check_profile_matches_model, default_profile, load_profile
+from .profile import Profile, check_profile_matches_model, default_profile, feeds_profile, load_profile
 from .runtime.executor import Executor
-from .runtime.feeds_io import gather_table_rows, random_inputs
+from .runtime.feeds_io import check_feeds, feeds_digest, gather_table_rows, random_inputs
 from .runtime.kernels import has_kernel
 from .target import target_fingerprint
 from .verify import compare_outputs, ort_session
@@ -41,11 +41,16 @@ class BuildOptions:
     cache_dir: Path = field(default_factory=default_cache_dir)
     show_progress: bool = True
     precision_settings: PrecisionSettings = field(default_factory=PrecisionSettings)
+    # --inputs: representative inputs for the sample runs and --verify (value-dependent models:
+    # a sample rate that picks a branch, ids that index a table), by name, and where they came from
+    sample_feeds: dict | None = None
+    sample_feeds_source: str = "--inputs"
 
     def key_options(self) -> dict:
         """The options that change what a plan contains (and so its cache key)."""
         return {"target": self.target, "precision": self.precision, "allow_fallback": self.allow_fallback,
-                **self.precision_settings.key_options(self.precision)}
+                **self.precision_settings.key_options(self.precision),
+                **({"inputs": feeds_digest(self.sample_feeds)} if self.sample_feeds is not None else {})}
 
 
 def resolve_target(target: str, log=lambda msg: None) -> str:
@@ -90,7 +95,10 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     requested_target, options.target = options.target, resolve_target(options.target, target_notes.append)
     model = load_model(model_path)
     graph_inputs = [value_info(t) for t in import_graph(model).inputs]
-    profile = load_profile(profile_path) if profile_path else default_profile(graph_inputs)
+    given = None if options.sample_feeds is None else check_feeds(graph_inputs, options.sample_feeds,
+                                                                  options.sample_feeds_source, "the model")
+    profile = (load_profile(profile_path) if profile_path else feeds_profile(given) if given
+               else default_profile(graph_inputs))
     if profile.decode:  # decoder plans: paged attention, KV cache in the runtime's block pool
         if requested_target == "cuda":
             raise BadInput(f"{profile_path}: decoder plans run on the CPU only so far; use --target cpu")
@@ -114,8 +122,11 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     rows = _table_rows(program)
     shapes_by_level = {}
     for level in ("min", "opt", "max"):
-        feeds = random_inputs(program.inputs, profile.shapes(level), rows, seed=1)
-        _, shapes_by_level[level] = sample_run(program, feeds)
+        feeds = _level_feeds(program, profile.shapes(level), rows, given, seed=1)
+        try:
+            _, shapes_by_level[level] = sample_run(program, feeds)
+        except InfcError as exc:
+            _explain_sample_failure(model_path, model, program, feeds, feeds is given, level, exc)
     max_shapes = shapes_by_level["max"]
     sizes = {n: int(np.prod(s)) * np.dtype(d).itemsize for n, (s, d) in max_shapes.items()
              if n not in program.weights and n not in {i["name"] for i in program.inputs}}
@@ -146,7 +157,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         **tuning.get("meta", {}),
     }
     sections = {"weights": blob, **tuning["sections"], **program.islands}
-    verify = _verify(model, program, profile, tuning.get("executor")) if options.verify else None
+    verify = _verify(model, program, profile, tuning.get("executor"), given) if options.verify else None
     write_plan(output, meta, sections)
     if options.use_cache and not cuda_fallback:  # a fallback plan is not what this cache key promises
         cache.store(lookup.key, output, model_path, components, {"summary": _summary(meta)})
@@ -187,9 +198,31 @@ def _summary_from_cache(cache: EngineCache, key: str) -> dict:
     return {}
 
 
-def _verify(model, program: Program, profile: Profile, executor=None) -> dict:
+def _level_feeds(program: Program, shapes: dict, rows: dict, given: dict | None, seed: int) -> dict:
+    """The given inputs where they have the level's shapes, else seeded random ones."""
+    if given is not None and all(tuple(given[n].shape) == tuple(shape) for n, shape in shapes.items() if n in given):
+        return given
+    return random_inputs(program.inputs, shapes, rows, seed=seed)
+
+
+def _explain_sample_failure(model_path: Path, model, program: Program, feeds: dict, is_given: bool, level: str,
+                            exc: Exception) -> None:
+    """A sample run failed: when onnxruntime cannot run the original model on the same random
+    inputs either, the inputs are at fault (bad input, say what to do); otherwise it is ours."""
+    if is_given:
+        raise exc
+    try:
+        ort_session(model).run(None, feeds)
+    except Exception as ort_exc:  # noqa: BLE001 - its message is the explanation
+        raise BadInput(f"{model_path}: the model does not run on random inputs at the profile's {level} shapes "
+                       f"(onnxruntime fails too: {str(ort_exc).splitlines()[0][:160]}); give representative inputs "
+                       "with --inputs FEEDS.npz") from None
+    raise exc
+
+
+def _verify(model, program: Program, profile: Profile, executor=None, given: dict | None = None) -> dict:
     """`executor`: the cuda plan's device executor (the plan is verified as it will run)."""
-    feeds = random_inputs(program.inputs, profile.shapes("opt"), _table_rows(program), seed=7)
+    feeds = _level_feeds(program, profile.shapes("opt"), _table_rows(program), given, seed=7)
     names = [o["name"] for o in program.outputs]
     expected = ort_session(model).run(names, feeds)
     executor = executor or Executor(program.steps, program.weights, program.opset, program.islands, output_names=names)

@@ -167,3 +167,9 @@ def default_profile(model_inputs: list[dict]) -> Profile:
         shape = tuple(d if isinstance(d, int) and d > 0 else 1 for d in (info.get("shape") or []))
         inputs[info["name"]] = InputRange(shape, shape, shape)
     return Profile(inputs, source="<model's static shapes>")
+
+
+def feeds_profile(feeds: dict) -> Profile:
+    """A static profile at the shapes of given inputs (`infc build --inputs` without --profile)."""
+    return Profile({name: InputRange(*(tuple(array.shape),) * 3) for name, array in feeds.items()},
+                   source="<the shapes of --inputs>")

@@ -46,6 +46,20 @@ def test_optimize_json_and_verify(tmp_path):
     assert onnx.load(out).graph.node[0].op_type == "Relu"
 
 
+def test_optimize_verifies_on_given_inputs_and_checks_them(tmp_path):
+    src, out = tmp_path / "m.onnx", tmp_path / "out.onnx"
+    onnx.save(_small_model(), src)
+    good, wrong_name, wrong_dtype = tmp_path / "good.npz", tmp_path / "name.npz", tmp_path / "dtype.npz"
+    np.savez(good, x=np.arange(-6, 6, dtype=F32).reshape(3, 4))
+    np.savez(wrong_name, y=np.zeros((3, 4), F32))
+    np.savez(wrong_dtype, x=np.zeros((3, 4), np.float64))
+    result = infc("optimize", src, "-o", out, "--verify", "--json", "--inputs", good)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["max_abs_diff"] == 0.0
+    assert_bad_input(infc("optimize", src, "-o", out, "--verify", "--inputs", wrong_name), str(wrong_name), "missing x")
+    assert_bad_input(infc("optimize", src, "-o", out, "--verify", "--inputs", wrong_dtype), "dtype float64")
+
+
 def test_inspect_json_lists_rejection_reasons_and_writes_html(tmp_path):
     nodes = [helper.make_node("Dropout", ["x"], ["y", "mask"])]
     model = make_model(nodes, [("x", F32, [2])], [("y", F32, [2]), ("mask", np.bool_, [2])])

@@ -346,7 +346,7 @@ def _island_runner(model_bytes: bytes, input_names, output_names) -> Callable:
     import onnxruntime as ort  # noqa: PLC0415 - only programs with islands need it
 
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # a failure surfaces as the step's one-line error, not as ORT log lines
     session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
 
     def _island(inputs, attrs, ctx):

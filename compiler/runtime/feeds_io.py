@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import zipfile
 from pathlib import Path
 
@@ -19,6 +20,40 @@ def load_feeds(path: str) -> dict[str, np.ndarray]:
             return {name: data[name] for name in data.files}
     except (ValueError, OSError, zipfile.BadZipFile) as exc:
         raise BadInput(f"{path}: not a readable .npz of arrays: {str(exc).splitlines()[0]}") from None
+
+
+def feeds_digest(feeds: dict) -> str:
+    """sha256 over names, dtypes, shapes and bytes: part of a cache key when inputs shape a build."""
+    digest = hashlib.sha256()
+    for name in sorted(feeds):
+        array = np.ascontiguousarray(feeds[name])
+        digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def check_feeds(inputs: list[dict], feeds: dict, source: str, what: str) -> dict[str, np.ndarray]:
+    """Feeds by name against declared inputs ({name, dtype, shape}): every input and nothing else,
+    each of the declared dtype and static dims; `what` names the declaring side in errors."""
+    expected = {i["name"]: i for i in inputs}
+    unknown = sorted(set(feeds) - set(expected))
+    missing = sorted(set(expected) - set(feeds))
+    if unknown or missing:
+        raise BadInput(f"{source}: inputs do not match {what}: " + "; ".join(
+            ([f"unknown {', '.join(unknown)}"] if unknown else []) + ([f"missing {', '.join(missing)}"] if missing else []))
+            + f" ({what} takes {', '.join(expected)})")
+    checked = {}
+    for name, array in feeds.items():
+        info = expected[name]
+        array = np.asarray(array)
+        if info.get("dtype") and array.dtype != np.dtype(info["dtype"]):
+            raise BadInput(f"{source}: input '{name}' has dtype {array.dtype}, {what} takes {info['dtype']}")
+        declared = info.get("shape")
+        if declared is not None and (len(declared) != array.ndim or any(
+                isinstance(d, int) and d != s for d, s in zip(declared, array.shape))):
+            raise BadInput(f"{source}: input '{name}' has shape {list(array.shape)}, {what} takes {declared}")
+        checked[name] = array
+    return checked
 
 
 def save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:

@@ -13,6 +13,7 @@ from ..errors import BadInput
 from ..plan.format import read_plan
 from ..target import check_target
 from .executor import Executor
+from .feeds_io import check_feeds
 
 
 def _weights(plan) -> dict[str, np.ndarray]:
@@ -48,24 +49,7 @@ class PlanSession:
         self._warned_outside_profile = False
 
     def check_feeds(self, feeds: dict[str, np.ndarray], source: str) -> dict[str, np.ndarray]:
-        expected = {i["name"]: i for i in self.inputs}
-        unknown = sorted(set(feeds) - set(expected))
-        missing = sorted(set(expected) - set(feeds))
-        if unknown or missing:
-            raise BadInput(f"{source}: inputs do not match the plan: " + "; ".join(
-                ([f"unknown {', '.join(unknown)}"] if unknown else []) + ([f"missing {', '.join(missing)}"] if missing else []))
-                + f" (the plan takes {', '.join(expected)})")
-        checked = {}
-        for name, array in feeds.items():
-            info = expected[name]
-            array = np.asarray(array)
-            if info["dtype"] and array.dtype != np.dtype(info["dtype"]):
-                raise BadInput(f"{source}: input '{name}' has dtype {array.dtype}, the plan takes {info['dtype']}")
-            declared = info.get("shape")
-            if declared is not None and (len(declared) != array.ndim or any(
-                    isinstance(d, int) and d != s for d, s in zip(declared, array.shape))):
-                raise BadInput(f"{source}: input '{name}' has shape {list(array.shape)}, the plan takes {declared}")
-            checked[name] = array
+        checked = check_feeds(self.inputs, feeds, source, "the plan")
         self._warn_if_outside_profile(checked)
         return checked
 
