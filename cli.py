@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import click
 from rich.console import Console
 
 from . import __version__
+from .compiler.atomic import write_text_atomic as _write_text_atomic
 from .compiler.errors import BadInput, InfcError
 
 stderr = Console(stderr=True, markup=False)
@@ -213,8 +213,8 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
           verify, inputs_path, as_json):
     """Build MODEL into a plan bound to this machine."""
     from .compiler.build import BuildOptions, build as run_build
-    from .compiler.engine_cache import default_cache_dir
     from .compiler.build_precision import PrecisionSettings
+    from .compiler.engine_cache import default_cache_dir
     from .compiler.plan_report import print_build_report
 
     options = BuildOptions(target=target, precision=precision, allow_fallback=not no_fallback, verify=verify,
@@ -266,8 +266,8 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, **decode_opt
     if given:
         raise BadInput(f"{plan}: {given[0]} needs a decoder plan (this one is kind '{_plan_kind(plan)}')")
 
-    from .compiler.runtime.session import PlanSession
     from .compiler.runtime.feeds_io import load_feeds, random_plan_feeds, save_outputs
+    from .compiler.runtime.session import PlanSession
 
     session = PlanSession(plan)
     feeds = load_feeds(inputs_path) if inputs_path else random_plan_feeds(session, seed)
@@ -406,18 +406,6 @@ def cache_clear(cache_dir):
 
     removed = EngineCache(Path(cache_dir) if cache_dir else default_cache_dir()).clear()
     click.echo(f"removed {removed} cached plans and the timing cache")
-
-
-def _write_text_atomic(path: str, text: str) -> None:
-    folder = Path(path).parent if str(Path(path).parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 if __name__ == "__main__":

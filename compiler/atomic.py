@@ -32,6 +32,11 @@ def atomic_path(path: str | os.PathLike, suffix: str = ".tmp") -> Iterator[Path]
             os.unlink(tmp)
 
 
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        handle.write(data)
+
+
 def write_text_atomic(path: str | os.PathLike, text: str, durable: bool = False) -> None:
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)

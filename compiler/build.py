@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-import tempfile
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
+from .atomic import atomic_path
 from .build_precision import PrecisionSettings, reduce_precision
 from .engine_cache import EngineCache, default_cache_dir
 from .errors import BadInput, InfcError
@@ -243,13 +244,5 @@ def _check_output(output: Path) -> None:
 
 
 def _copy_atomic(source: Path, target: Path) -> None:
-    folder = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as out, open(source, "rb") as src:
-            while chunk := src.read(1 << 22):
-                out.write(chunk)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(target) as tmp:
+        shutil.copyfile(source, tmp)

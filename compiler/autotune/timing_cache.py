@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..atomic import write_text_atomic
 from ..errors import BadInput
 from .key import TuningKey
 from .tuner import TuneResult
@@ -110,13 +110,4 @@ def _locked(path: Path) -> Iterator[None]:
 
 def _write_atomic(path: Path, document: dict[str, Any]) -> None:
     text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False, ensure_ascii=False) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_text_atomic(path, text, durable=True)

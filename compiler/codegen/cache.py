@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
+
+from ..atomic import write_bytes_atomic
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "cache" / "cubins"
 
@@ -23,17 +23,6 @@ def content_key(source: str, flags: tuple[str, ...], compiler_version: str) -> s
         digest.update(part.encode())
         digest.update(b"\x1f")
     return digest.hexdigest()[:24]
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class CubinCache:
@@ -63,6 +52,6 @@ class CubinCache:
 
     def put(self, key: str, cubin: bytes, meta: dict) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.cubin_path(key), cubin)
-        _write_atomic(self.root / f"{key}.json", json.dumps(meta, indent=1, sort_keys=True).encode())
+        write_bytes_atomic(self.cubin_path(key), cubin)
+        write_bytes_atomic(self.root / f"{key}.json", json.dumps(meta, indent=1, sort_keys=True).encode())
         return self.cubin_path(key)

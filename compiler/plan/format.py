@@ -11,10 +11,10 @@ import json
 import mmap
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..atomic import atomic_path
 from ..errors import BadInput
 
 MAGIC = b"INFCPLAN"
@@ -44,20 +44,13 @@ def write_plan(path: str | os.PathLike, meta: dict, sections: dict[str, bytes]) 
         offset += len(data)
     header = json.dumps({"meta": meta, "sections": table}, separators=(",", ":")).encode()
     data_start = _aligned(_PREFIX.size + len(header))
-    folder = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(header), hashlib.sha256(header).digest()))
-            handle.write(header)
-            for entry, data in zip(table, sections.values()):
-                handle.seek(data_start + entry["offset"])
-                handle.write(data)
-            handle.truncate(data_start + offset)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        handle.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(header), hashlib.sha256(header).digest()))
+        handle.write(header)
+        for entry, data in zip(table, sections.values()):
+            handle.seek(data_start + entry["offset"])
+            handle.write(data)
+        handle.truncate(data_start + offset)
 
 
 def read_plan(path: str | os.PathLike, verify: bool = True) -> Plan:
