@@ -8,12 +8,8 @@ gathered per run from the caches by position, as the CPU kernel does."""
 
 from __future__ import annotations
 
+from ..kernels.attention import mha_operands
 from ..kernels.common import arg
-
-
-def _heads(x, num_heads: int):
-    b, s, hidden = x.shape
-    return x.reshape(b, s, num_heads, hidden // num_heads).transpose(0, 2, 1, 3)
 
 
 def _merge(y_BNSH, xp):
@@ -32,25 +28,7 @@ def softmax_last(scores, xp):
 
 def multi_head_attention(inputs, attrs, ctx):
     xp = ctx.xp
-    query, key, value, bias = inputs[0], arg(inputs, 1), arg(inputs, 2), arg(inputs, 3)
-    padding, attn_bias, past_k, past_v = arg(inputs, 4), arg(inputs, 5), arg(inputs, 6), arg(inputs, 7)
-    heads = attrs["num_heads"]
-    hidden = query.shape[-1] if query.ndim == 3 else None
-    if key is None:  # packed QKV: query is [B, S, N, 3, H]
-        q, key, value = (query[:, :, :, i].transpose(0, 2, 1, 3) for i in range(3))
-    elif key.ndim == 5:  # packed KV: key is [B, T, N, 2, H]
-        q, key, value = _heads(query, heads), key[:, :, :, 0].transpose(0, 2, 1, 3), key[:, :, :, 1].transpose(0, 2, 1, 3)
-    else:
-        q = _heads(query, heads)
-    if bias is not None:
-        q = q + _heads(bias[:hidden].reshape(1, 1, -1), heads)
-        key = key + bias[hidden:2 * hidden].reshape(1, 1, -1) if key.ndim == 3 else key
-        value = value + bias[2 * hidden:].reshape(1, 1, -1) if value.ndim == 3 else value
-    k = _heads(key, heads) if key.ndim == 3 else key
-    v = _heads(value, heads) if value.ndim == 3 else value
-    if past_k is not None:
-        k, v = xp.concatenate([past_k, k], axis=2), xp.concatenate([past_v, v], axis=2)
-    scale = attrs.get("scale") or 1.0 / float(q.shape[-1]) ** 0.5
+    q, k, v, padding, attn_bias, scale = mha_operands(inputs, attrs, xp)
     scores = xp.matmul(q, xp.swapaxes(k, -1, -2)) * q.dtype.type(scale)
     s_len, t_len = scores.shape[-2:]
     filler = q.dtype.type(attrs.get("mask_filter_value", -10000.0))

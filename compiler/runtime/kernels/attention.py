@@ -116,7 +116,10 @@ def onnx_attention(inputs, attrs, ctx):
     return [x.astype(dtype, copy=False) if x is not None else None for x in (y, present_k, present_v, qk_out)]
 
 
-def multi_head_attention(inputs, attrs, ctx):
+def mha_operands(inputs, attrs, xp=np):
+    """MultiHeadAttention's operands: q [B, N, S, H] and k, v [B, N, T, H] (packed QKV or KV
+    unpacked, the optional bias added, past K/V appended), the key padding mask, the attention
+    bias and the scale. Array-module generic: the GPU executor shares it (xp = CuPy)."""
     query, key, value, bias = inputs[0], arg(inputs, 1), arg(inputs, 2), arg(inputs, 3)
     padding, attn_bias, past_k, past_v = arg(inputs, 4), arg(inputs, 5), arg(inputs, 6), arg(inputs, 7)
     heads = attrs["num_heads"]
@@ -128,15 +131,19 @@ def multi_head_attention(inputs, attrs, ctx):
     else:
         q = _heads(query, heads)
     if bias is not None:
-        dq = hidden
-        q = q + _heads(bias[:dq].reshape(1, 1, -1), heads)
-        key = key + bias[dq:2 * dq].reshape(1, 1, -1) if key.ndim == 3 else key
-        value = value + bias[2 * dq:].reshape(1, 1, -1) if value.ndim == 3 else value
+        q = q + _heads(bias[:hidden].reshape(1, 1, -1), heads)
+        key = key + bias[hidden:2 * hidden].reshape(1, 1, -1) if key.ndim == 3 else key
+        value = value + bias[2 * hidden:].reshape(1, 1, -1) if value.ndim == 3 else value
     k = _heads(key, heads) if key.ndim == 3 else key
     v = _heads(value, heads) if value.ndim == 3 else value
     if past_k is not None:
-        k, v = np.concatenate([past_k, k], axis=2), np.concatenate([past_v, v], axis=2)
-    scale = attrs.get("scale") or 1.0 / np.sqrt(q.shape[-1])
+        k, v = xp.concatenate([past_k, k], axis=2), xp.concatenate([past_v, v], axis=2)
+    scale = attrs.get("scale") or 1.0 / float(q.shape[-1]) ** 0.5
+    return q, k, v, padding, attn_bias, scale
+
+
+def multi_head_attention(inputs, attrs, ctx):
+    q, k, v, padding, attn_bias, scale = mha_operands(inputs, attrs)
     scores = np.matmul(q, np.swapaxes(k, -1, -2))
     scores *= q.dtype.type(scale)
     s_len, t_len = scores.shape[-2:]
