@@ -18,7 +18,12 @@ import os
 import time
 from pathlib import Path
 
-from infc.compiler.quantize.greedy_agreement import agreement, runner_greedy_tokens, teacher_forced_agreement
+from infc.compiler.quantize.greedy_agreement import (
+    agreement,
+    runner_greedy_tokens,
+    teacher_forced_agreement,
+)
+from infc.compiler.quantize.w8_sensitivity import TeacherForced
 from infc.compiler.runtime.engine import Engine, EngineConfig
 from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.runtime.sampler import SamplingParams
@@ -49,6 +54,16 @@ def generate(plan: Path, prompts: list[str], num_tokens: int, reference=None):
     return tokens, [text.decode(t) for t in tokens], elapsed, forced
 
 
+def top2_margins(plan: Path, prompts: list[str], tokens: list[list[int]]) -> list[list[float]]:
+    """fp32's top-1 minus top-2 logit at each of its own greedy steps: a near-tie flips under any
+    perturbation, so the strict count hinges on how many there are."""
+    runner = load_model_runner(plan)
+    text = TextCodec.for_runner(runner)
+    top2 = TeacherForced(runner, [text.encode_prompt(p) for p in prompts], tokens).log_probs()
+    top2.partition(top2.shape[-1] - 2, axis=-1)
+    return (top2[:, -1] - top2[:, -2]).reshape(len(tokens), -1).tolist()
+
+
 def answer(plan: Path, prompt: str, max_tokens: int = 16) -> str:
     """As `infc run PLAN --prompt TEXT --max-tokens 16` answers (greedy, through the chat template)."""
     runner = load_model_runner(plan)
@@ -68,11 +83,16 @@ def main() -> None:
     reference, reference_text, fp32_s, _ = generate(args.fp32_plan, PROMPTS, NUM_TOKENS)
     candidate, candidate_text, w8_s, forced = generate(args.w8_plan, PROMPTS, NUM_TOKENS, reference)
     found = agreement(reference, candidate)
+    margins = top2_margins(args.fp32_plan, PROMPTS, reference)
+    near_ties = sorted((m, i, k) for i, row in enumerate(margins) for k, m in enumerate(row))[:8]
     paris = {name: answer(plan, PROMPTS[0]) for name, plan in (("fp32", args.fp32_plan), ("w8", args.w8_plan))}
     result = {
         "date": datetime.date.today().isoformat(), "fp32_plan": str(args.fp32_plan), "w8_plan": str(args.w8_plan),
         "plan_bytes": {"fp32": os.path.getsize(args.fp32_plan), "w8": os.path.getsize(args.w8_plan)},
         "num_requests": len(PROMPTS), "num_tokens_each": NUM_TOKENS, **found, "teacher_forced_agreement": forced,
+        "fp32_margin_at_first_difference": [None if d is None else round(margins[i][d], 5)
+                                            for i, d in enumerate(found["first_differences"])],
+        "fp32_smallest_margins": [{"prompt": i, "position": k, "margin": round(m, 5)} for m, i, k in near_ties],
         "generate_s": {"fp32": round(fp32_s, 2), "w8": round(w8_s, 2)},
         "capital_of_france": paris, "says_paris": {k: "Paris" in v for k, v in paris.items()},
         "texts": [{"prompt": p, "fp32": a, "w8": b} for p, a, b in zip(PROMPTS, reference_text, candidate_text)],
@@ -83,6 +103,7 @@ def main() -> None:
     print(f"greedy tokens: {found['num_agree']}/{found['num_tokens']} agree ({100 * found['agreement']:.1f}%), "
           f"{found['num_identical_sequences']}/{len(PROMPTS)} sequences identical; first differences "
           f"{found['first_differences']}")
+    print(f"fp32 top-2 logit margin at each first difference: {result['fp32_margin_at_first_difference']}")
     print(f"teacher-forced (each step fed fp32's tokens): {100 * forced:.1f}% of steps pick fp32's token")
     print(f"capital of France: fp32 {paris['fp32']!r}; w8 {paris['w8']!r}")
     print(f"wrote {out}")

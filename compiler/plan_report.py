@@ -100,6 +100,12 @@ def print_precision(precision: dict, console: Console) -> None:
         w8 = precision["w8"]
         console.print(f"  w8: {w8['num_weights']} GEMM weights int8 ({w8['bytes_fp32'] / 1e6:.1f} MB fp32 -> "
                       f"{w8['bytes_int8'] / 1e6:.1f} MB int8 + scales)")
+        kept, sense = w8.get("kept_fp32", []), (precision.get("accuracy") or {}).get("sensitivity")
+        if sense:
+            console.print(f"  w8: {len(kept)} weights kept fp32 by sensitivity ({w8['kept_fp32_bytes'] / 1e6:.1f} MB), "
+                          f"KL to fp32 {sense['kl_all_int8']:.2g} -> {sense['kl_kept']:.2g} on {sense['num_positions']} "
+                          f"teacher-forced positions ({sense['calibration']})"
+                          + (f": {', '.join(kept[:6])}{f' +{len(kept) - 6} more' if len(kept) > 6 else ''}" if kept else ""))
     accuracy = precision.get("accuracy") or {}
     for out in accuracy.get("outputs", []):
         top1 = f", top-1 agreement {100 * out['top1_agreement']:.1f}%" if "top1_agreement" in out else ""

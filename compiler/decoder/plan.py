@@ -20,8 +20,14 @@ from ..lower import lower_graph, value_info
 from ..optimize import optimize_model
 from ..plan.format import write_plan
 from ..profile import Profile, check_profile_matches_model
-from ..quantize.greedy_agreement import greedy_agreement
-from ..quantize.weight_only import COMPUTE as W8_COMPUTE, quantize_program_weights
+from ..quantize.greedy_agreement import greedy_agreement, program_runner
+from ..quantize.w8_sensitivity import select_fp32_weights
+from ..quantize.weight_only import COMPUTE as W8_COMPUTE
+from ..quantize.weight_only import (
+    dequantized,
+    quantizable_weights,
+    quantize_program_weights,
+)
 from ..runtime.decode_api import SeqChunk
 from ..runtime.executor import Executor
 from ..runtime.kernels import has_kernel
@@ -65,7 +71,7 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
     use_float64_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
     _smoke_run(program, decoder)
-    precision = weight_only_int8(program, decoder, log) if options.precision == "w8" else None
+    precision = weight_only_int8(program, decoder, tokenizer, log) if options.precision == "w8" else None
     if tokenizer is None:
         log("no tokenizer.json next to the model: the plan runs token ids only")
     blob, weight_table = weights_section(program.weights)
@@ -85,15 +91,20 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
             **({"precision": precision} if precision else {})}
 
 
-def weight_only_int8(program, decoder: dict, log) -> dict:
-    """Quantize the GEMM weights in place; the plan's accuracy entry: greedy-token agreement of the
-    w8 program with the fp32 one on a few seeded prompts."""
+def weight_only_int8(program, decoder: dict, tokenizer: bytes | None, log) -> dict:
+    """Quantize the GEMM weights in place, but for the most sensitive ones (quantize/w8_sensitivity.py);
+    the plan's accuracy entry: greedy-token agreement of the w8 program with the fp32 one on a few
+    seeded prompts."""
     reference = dataclasses.replace(program, steps=copy.deepcopy(program.steps), weights=dict(program.weights))
-    w8 = quantize_program_weights(program)
-    log(f"w8: {w8.num_weights} GEMM weights to int8; checking greedy tokens against fp32")
+    candidates, _ = quantizable_weights(program)
+    sensitivity = select_fp32_weights(program_runner(reference, decoder, tokenizer),
+                                      {n: dequantized(program.weights[n], axis) for n, axis in candidates.items()}, log=log)
+    w8 = quantize_program_weights(program, keep_fp32=tuple(sensitivity.kept))
+    log(f"w8: {w8.num_weights} GEMM weights to int8, {len(w8.kept_fp32)} kept fp32 (calibration KL "
+        f"{sensitivity.kl_all_int8:.3g} -> {sensitivity.kl_kept:.3g}); checking greedy tokens against fp32")
     greedy = greedy_agreement(reference, program, decoder)
     return {"precision": "w8", "compute": W8_COMPUTE, "w8": w8.to_json(),
-            "accuracy": {"reference": "the fp32 program", "greedy": greedy}}
+            "accuracy": {"reference": "the fp32 program", "greedy": greedy, "sensitivity": sensitivity.to_json()}}
 
 
 def _attention_rejections(optimized) -> dict[str, int]:

@@ -22,10 +22,14 @@ def seeded_prompts(vocab_size: int, num_prompts: int, prompt_len: int, seed: int
     return [rng.integers(0, vocab_size, prompt_len).tolist() for _ in range(num_prompts)]
 
 
-def greedy_tokens(program, decoder: dict, prompts: list[list[int]], num_tokens: int) -> list[list[int]]:
+def program_runner(program, decoder: dict, tokenizer_json: bytes | None = None) -> PagedModelRunner:
     executor = Executor(program.steps, program.weights, program.opset, program.islands,
                         output_names=[o["name"] for o in program.outputs])
-    return runner_greedy_tokens(PagedModelRunner(executor, decoder, program.inputs), prompts, num_tokens)
+    return PagedModelRunner(executor, decoder, program.inputs, {"tokenizer_json": tokenizer_json})
+
+
+def greedy_tokens(program, decoder: dict, prompts: list[list[int]], num_tokens: int) -> list[list[int]]:
+    return runner_greedy_tokens(program_runner(program, decoder), prompts, num_tokens)
 
 
 def runner_greedy_tokens(runner: PagedModelRunner, prompts: list[list[int]], num_tokens: int) -> list[list[int]]:

@@ -13,12 +13,13 @@ On the CPU the DequantizeLinear steps read only weights, so the executor runs th
 the result (its memo of weight-only steps; they come first, before any Shape step, so the memo's
 state never changes there): the weights are dequantized at the first run, GEMMs run as in an fp32
 plan. The plan file holds int8 (about 1/4 of the fp32 bytes). On a GPU the same sections feed the
-weight-only int8 kernels of #4, which dequantize inside the GEMM.
+weight-only int8 kernels of #4, which dequantize inside the GEMM. Decoder builds leave the weights
+whose int8 error moves the logits most in fp32 (`keep_fp32`, chosen by w8_sensitivity.py).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -39,6 +40,8 @@ class W8Report:
     bytes_fp32: int
     bytes_int8: int  # int8 values plus fp32 scales
     skipped: dict  # reason -> weights
+    kept_fp32: list = field(default_factory=list)  # quantizable weights left fp32 (w8_sensitivity.py)
+    kept_fp32_bytes: int = 0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -55,24 +58,41 @@ def _output_axis(step: dict) -> int:
     return 0 if (step.get("attrs") or {}).get("transB", 0) else 1
 
 
-def quantize_program_weights(program, min_elements: int = MIN_ELEMENTS, group_size: int = GROUP_SIZE) -> W8Report:
-    """Rewrites `program` (steps and weights) in place."""
+def quantizable_weights(program, min_elements: int = MIN_ELEMENTS) -> tuple[dict[str, int], dict[str, int]]:
+    """The weights w8 would store int8 -> their output-channel axis, and reason -> weights it skips."""
     uses: dict[str, set] = {}  # weight -> {axis, or None for a use that is not a GEMM's B}
     for step in program.steps:
         is_gemm = _gemm_key(step) in GEMM_OPS
         for index, name in enumerate(step["inputs"]):
             if name in program.weights:
                 uses.setdefault(name, set()).add(_output_axis(step) if is_gemm and index == 1 else None)
-    skipped: dict[str, int] = {}
-    dequantize_steps, bytes_fp32, bytes_int8 = [], 0, 0
+    candidates, skipped = {}, {}
     for name, axes in uses.items():
-        weight = program.weights[name]
-        reason = _skip_reason(weight, axes, min_elements)
-        if reason:
-            if axes != {None}:  # weights no GEMM reads are not candidates
-                skipped[reason] = skipped.get(reason, 0) + 1
+        reason = _skip_reason(program.weights[name], axes, min_elements)
+        if reason is None:
+            (candidates[name],) = axes
+        elif axes != {None}:  # weights no GEMM reads are not candidates
+            skipped[reason] = skipped.get(reason, 0) + 1
+    return candidates, skipped
+
+
+def dequantized(weight: np.ndarray, axis: int, group_size: int = GROUP_SIZE) -> np.ndarray:
+    """What the plan's DequantizeLinear step gives back for `weight` (to measure the int8 error)."""
+    q, scale, attrs = _quantize(weight.astype(np.float32), axis, group_size)
+    scale = np.repeat(scale, attrs["block_size"], axis=attrs["axis"]) if "block_size" in attrs else \
+        np.expand_dims(scale, 1 - axis)
+    return (q.astype(np.float32) * scale).astype(np.float32)
+
+
+def quantize_program_weights(program, min_elements: int = MIN_ELEMENTS, group_size: int = GROUP_SIZE,
+                             keep_fp32: tuple[str, ...] = ()) -> W8Report:
+    """Rewrites `program` (steps and weights) in place; `keep_fp32`: candidates left fp32."""
+    candidates, skipped = quantizable_weights(program, min_elements)
+    dequantize_steps, bytes_fp32, bytes_int8 = [], 0, 0
+    for name, axis in candidates.items():
+        if name in keep_fp32:
             continue
-        (axis,) = axes
+        weight = program.weights[name]
         q, scale, attrs = _quantize(weight.astype(np.float32), axis, group_size)
         q_name, scale_name = f"{name}/w8", f"{name}/w8_scale"
         del program.weights[name]
@@ -82,7 +102,9 @@ def quantize_program_weights(program, min_elements: int = MIN_ELEMENTS, group_si
         bytes_fp32 += weight.nbytes
         bytes_int8 += q.nbytes + scale.nbytes
     program.steps[:0] = dequantize_steps
-    return W8Report(len(dequantize_steps), bytes_fp32, bytes_int8, skipped)
+    kept = [name for name in keep_fp32 if name in candidates]
+    return W8Report(len(dequantize_steps), bytes_fp32, bytes_int8, skipped, kept,
+                    sum(program.weights[n].nbytes for n in kept))
 
 
 def _quantize(weight: np.ndarray, axis: int, group_size: int) -> tuple[np.ndarray, np.ndarray, dict]:
