@@ -51,6 +51,7 @@ def _tuning_table(tuning: list[dict]) -> Table:
         cands = ", ".join(f"{c['config']} {c['pct_of_vendor']:.0f}%" for c in timed[:TOP_CANDIDATES])
         cands += f" (+{len(timed) - TOP_CANDIDATES} more)" if len(timed) > TOP_CANDIDATES else ""
         cands += f"; {others} pruned or failed" if others else ""
+        cands += f"; {entry['note']}" if entry.get("note") else ""  # e.g. the vendor kept after a head-to-head
         table.add_row(entry.get("shape", entry.get("key", "")), entry.get("source", ""), str(entry.get("winner")),
                       f"{entry['winner_pct_of_vendor']:.0f}%" if entry.get("winner_pct_of_vendor") is not None else "-", cands)
     return table

@@ -104,6 +104,7 @@ def _table_row(result) -> dict:
     shape = dict(fields["shape"]) if isinstance(fields.get("shape"), list) else fields.get("shape", {})
     return {"key": data["key"], "shape": f"M<={shape.get('M')} N={shape.get('N')} K={shape.get('K')}",
             "source": result.status, "winner": str(result.winner), "winner_pct_of_vendor": data["winner_percent_of_vendor"],
+            "note": result.note,
             "candidates": [{"config": str(c.config), "pct_of_vendor": c_json["percent_of_vendor"], "status": c.status,
                             "median_us": None if c_json["median_s"] is None else round(c_json["median_s"] * 1e6, 2)}
                            for c, c_json in zip(result.candidates, data["candidates"])]}
