@@ -33,7 +33,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise BadInput(f"{path}: not an ONNX model (no IR version or no graph)")
     try:
         onnx.load_external_data_for_model(model, str(path.parent))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, onnx.checker.ValidationError) as exc:  # a missing data file is the last
         raise BadInput(f"{path}: cannot load external data: {_first_line(exc)}") from None
     _check_acyclic(model.graph, path)
     _check_model(model, path)

@@ -6,7 +6,7 @@ import pytest
 from onnx import helper
 
 from infc.compiler import model_io, ort_env
-from infc.compiler.errors import InfcError
+from infc.compiler.errors import BadInput, InfcError
 from infc.compiler.optimize import optimize_model
 from infc.compiler.testing import assert_matches_ort, make_model
 
@@ -27,6 +27,14 @@ def test_model_with_external_data_loads_and_round_trips(tmp_path):
     out = tmp_path / "out.onnx"
     model_io.save_model(result.model, out)
     assert_matches_ort(model, model_io.load_model(out))
+
+
+def test_missing_external_data_file_is_bad_input(tmp_path):
+    src = tmp_path / "ext.onnx"
+    onnx.save_model(_weighted_model(), src, save_as_external_data=True, location="ext.bin", size_threshold=0)
+    (tmp_path / "ext.bin").unlink()  # a model copied without its .data file
+    with pytest.raises(BadInput, match=r"ext\.onnx: cannot load external data"):
+        model_io.load_model(src)
 
 
 def test_large_models_are_written_with_external_data(tmp_path, monkeypatch):
