@@ -11,6 +11,7 @@ FusedConv (im2col: its weight reshaped is the (N, K) operand), all float32 so fa
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -190,8 +191,18 @@ SELF_CHECK_SEED = 29
 SELF_CHECK_TOLERANCE = {"float32": 1e-4, "float64": 1e-4, "float16": 2e-2, "bfloat16": 2e-2}
 
 
+# --target auto keeps the cuda plan only when it runs faster than the CPU executor at the profile's
+# opt shapes (a GPU plan of a tiny model can lose to launch and copy costs); off on the stand-in device
+SPEED_GUARD = True
+TIMING_RUNS, TIMING_BUDGET_S = 5, 2.0
+
+
 class SelfCheckFailed(InfcError):
     """The cuda plan's outputs differ from the CPU executor's on the build's own random inputs."""
+
+
+class SlowerThanCpu(InfcError):
+    """Under --target auto: the checked cuda plan ran slower than the CPU executor."""
 
 
 def tune_cuda_or_fallback(program: Program, shapes_by_level: dict, profile, options, log, requested: str,
@@ -203,7 +214,12 @@ def tune_cuda_or_fallback(program: Program, shapes_by_level: dict, profile, opti
     try:
         tuning = tune_cuda(program, shapes_by_level, profile, options, log)
         tuning["executor"], tuning["self_check"] = self_check(program, tuning, profile, table_rows)
-        log(f"cuda self-check: max rel diff {tuning['self_check']['max_rel_diff']:.2g} against the CPU executor")
+        check = tuning["self_check"]
+        timing = f"; {check['device_ms']:.3g} ms on the GPU, {check['cpu_ms']:.3g} ms on the CPU" if "cpu_ms" in check else ""
+        log(f"cuda self-check: max rel diff {check['max_rel_diff']:.2g} against the CPU executor{timing}")
+        if requested == "auto" and check.get("device_ms", 0.0) > check.get("cpu_ms", float("inf")):
+            raise SlowerThanCpu(f"the cuda plan ran slower than the CPU ({check['device_ms']:.3g} ms against "
+                                f"{check['cpu_ms']:.3g} ms at the profile's opt shapes)")
         return tuning, None
     except Exception as error:  # noqa: BLE001 - every failure of the GPU path has the same two outcomes
         reason = _one_line(error)
@@ -213,7 +229,8 @@ def tune_cuda_or_fallback(program: Program, shapes_by_level: dict, profile, opti
             raise InfcError(f"--target cuda: the cuda build failed: {reason}") from error
         for name in set(program.weights) - weights_before:  # the device's (N, K) weight copies
             del program.weights[name]
-        log(f"target auto: cpu (the cuda build failed: {reason}); this plan is not stored in the engine cache")
+        why = reason if isinstance(error, SlowerThanCpu) else f"the cuda build failed: {reason}"
+        log(f"target auto: cpu ({why}); this plan is not stored in the engine cache")
         return tune_cpu(program, shapes_by_level, profile, options, log), reason
 
 
@@ -246,4 +263,19 @@ def self_check(program: Program, tuning: dict, profile, table_rows: dict):
         if not diff.max_rel_diff <= limit:  # NaN fails too
             raise SelfCheckFailed(f"cuda self-check: output '{name}' differs from the CPU executor by "
                                   f"{diff.max_rel_diff:.3g} relative (limit {limit:g}) at index {list(diff.worst_index)}")
-    return executor, {"max_rel_diff": max((d.max_rel_diff for d in diffs), default=0.0), "seed": SELF_CHECK_SEED}
+    summary = {"max_rel_diff": max((d.max_rel_diff for d in diffs), default=0.0), "seed": SELF_CHECK_SEED}
+    if SPEED_GUARD:
+        cpu = Executor(program.steps, program.weights, program.opset, program.islands, output_names=names)
+        summary.update(device_ms=_median_ms(executor, feeds), cpu_ms=_median_ms(cpu, feeds))
+    return executor, summary
+
+
+def _median_ms(executor, feeds) -> float:
+    """Median wall time of a run (outputs on the host, so the device has finished), after a warm-up."""
+    executor.run(feeds)
+    times, deadline = [], time.perf_counter() + TIMING_BUDGET_S
+    while len(times) < TIMING_RUNS and (not times or time.perf_counter() < deadline):
+        start = time.perf_counter()
+        executor.run(feeds)
+        times.append(time.perf_counter() - start)
+    return 1e3 * float(np.median(times))

@@ -76,6 +76,7 @@ def stand_in_device(monkeypatch, numpy_gpu, emulated_kernels, emu_dir):
     monkeypatch.setattr(build_cuda, "device_target", lambda fingerprint, cache_dir: numpy_gpu)
     monkeypatch.setattr(build_cuda, "cubin_cache", lambda cache_dir: CubinCache())  # cache/cubins: by content
     monkeypatch.setattr(backend_module, "cupy_backend", backend_module.numpy_backend)
+    monkeypatch.setattr(build_cuda, "SPEED_GUARD", False)  # emulated kernels are slow: no timing comparison
     loaded = {}
 
     def launches(images, load_module=None, num_sms=None):

@@ -110,3 +110,14 @@ def test_verify_runs_the_device_executor(tmp_path, stand_in_device, monkeypatch)
     assert report["cuda_self_check"]["max_rel_diff"] <= 1e-4
     per_run = 2  # bert_ts has two SkipLayerNormalization steps
     assert len(calls) == 2 * per_run and set(calls) == {"DeviceArray"}  # the self-check and --verify
+
+
+def test_auto_keeps_cuda_only_when_it_runs_faster_than_the_cpu(tmp_path, stand_in_device, monkeypatch):
+    monkeypatch.setattr(build_cuda, "SPEED_GUARD", True)  # the stand-in (emulated kernels) is the slower one
+    monkeypatch.setattr(build_cuda, "TIMING_RUNS", 2)
+    report, logged = _build(tmp_path, "auto")
+    assert report["target"] == "cpu" and "the cuda plan ran slower than the CPU" in report["cuda_fallback_reason"]
+    assert sum(line.startswith("target auto: cpu (the cuda plan ran slower than the CPU (") for line in logged) == 1
+    report, logged = _build(tmp_path, "cuda")  # asked for explicitly: kept, with both times in the report
+    check = report["cuda_self_check"]
+    assert report["target"] == "cuda" and check["device_ms"] > check["cpu_ms"] > 0
