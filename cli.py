@@ -331,7 +331,7 @@ def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, worklo
 def _run_decoder(plan, outputs_path, seed, as_json, batching, max_num_seqs, itl_factor, **request_options):
     from .compiler.runtime.engine import Engine, EngineConfig
     from .compiler.runtime.metrics import LiveDisplay, request_record
-    from .compiler.runtime.scheduler import SchedulerConfig
+    from .compiler.runtime.scheduler_config import SchedulerConfig
     from .compiler.runtime.text import TextCodec
 
     runner = _load_decoder_runner(plan)

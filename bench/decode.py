@@ -1,7 +1,11 @@
 """The decode loop, side by side in one run (issue #5):
 
 1. continuous vs static batching, output tokens/s, on a fixed seeded workload: 64 requests, prompt
-   and output lengths uniform in [16, 256], EOS ignored; same runner, same KV pool, same max_num_seqs;
+   and output lengths uniform in [16, 256], EOS ignored, same runner, twice: (a) the same KV budget,
+   the memory of a static batch of 8 (`--static-batch`) as contiguous caches of the trace's longest
+   request, and continuous batching admits up to `--max-num-seqs` into it (the gain of paging and of
+   iteration-level scheduling together, as a server with a fixed memory budget sees it); (b) the same
+   max_num_seqs (8) with an ample pool (iteration-level scheduling alone);
 2. KV waste of the paged pool against a contiguous reservation of max_model_len (and of the
    trace's longest request) per sequence, on the same trace;
 3. the share of step time spent outside the model (scheduling, sampling, Python);
@@ -10,7 +14,7 @@
 5. prefix caching on a shared-system-prompt workload: prefill tokens with and without it;
 6. optionally, Hugging Face transformers `generate` on the same trace in static batches of 8.
 
-    python bench/decode.py --plan build/smollm2.plan [--hf-model DIR] [--max-num-seqs 32]
+    python bench/decode.py --plan build/smollm2.plan [--hf-model DIR] [--static-batch 8] [--max-num-seqs 64]
     python bench/decode.py --fake        # the fake runner with a cost model: runs anywhere
 
 Results: bench/results/decode-<date>.json (--fake) or decode-<plan name>-<date>.json, and the
@@ -35,7 +39,7 @@ from infc.compiler.runtime.engine import Engine, EngineConfig
 from infc.compiler.runtime.fake_runner import FakeRunner, StepCost
 from infc.compiler.runtime.metrics import percentiles_ms
 from infc.compiler.runtime.sampler import SamplingParams
-from infc.compiler.runtime.scheduler import SchedulerConfig
+from infc.compiler.runtime.scheduler_config import SchedulerConfig
 from infc.compiler.runtime.sequence import Request
 from infc.compiler.runtime.workload import synthetic
 
@@ -57,12 +61,12 @@ def runner_factory(args):
 
 
 def serve(factory, requests, args, static=False, prefix_caching=True, max_num_batched_tokens=None, on_step=None,
-          max_num_seqs=None, itl_factor=EngineConfig.itl_factor):
+          max_num_seqs=None, itl_factor=EngineConfig.itl_factor, num_blocks=None):
     runner = factory()
     profile = getattr(runner, "decode_profile", None) or {}
     max_num_seqs = max_num_seqs or args.max_num_seqs
     budget = max(max_num_batched_tokens or profile.get("max_num_batched_tokens", 512), max_num_seqs)
-    num_blocks = args.num_kv_blocks or profile.get("num_kv_blocks") or 2048
+    num_blocks = num_blocks or args.num_kv_blocks or profile.get("num_kv_blocks") or 2048
     config = EngineConfig(SchedulerConfig(max_num_seqs, budget, static_batching=static), num_blocks, prefix_caching,
                           itl_factor=itl_factor)
     engine = Engine(runner, config, clock=runner.clock if args.fake else CLOCKS[args.clock])
@@ -77,18 +81,26 @@ def trace(spec, num_requests=64, max_len=256, seed=0):
     return synthetic(num_requests, (16, max_len), (16, max_len), spec.vocab_size, seed=seed, avoid_ids=spec.eos_token_ids)
 
 
-def batching_and_kv(factory, args, spec):
+def same_kv_budget_blocks(spec, args) -> int:
+    """The KV memory of `--static-batch` contiguous caches of the trace's longest possible request."""
+    longest = 2 * args.max_len  # prompt and output lengths are at most max_len each
+    return args.static_batch * -(-longest // spec.block_size)
+
+
+def batching_and_kv(factory, args, spec, max_num_seqs, num_blocks=None):
     """Both modes, alternating, args.repeats times each; each mode keeps its fastest run (the machine is shared)."""
     requests = trace(spec, args.num_requests, args.max_len)
     rows, outputs = {}, {}
     for _ in range(args.repeats):
         for name, static in (("continuous", False), ("static", True)):
-            engine, seqs, summary = serve(factory, requests, args, static=static)
+            engine, seqs, summary = serve(factory, requests, args, static=static, max_num_seqs=max_num_seqs,
+                                          num_blocks=num_blocks)
             if name in rows and rows[name]["duration_s"] <= summary["duration_s"]:
                 continue
             row = rows[name] = {k: summary[k] for k in ("output_tokens", "duration_s", "output_tok_s", "preemptions", "steps",
                                                         "kv_waste_pct", "contiguous_kv_waste_pct", "outside_model_pct")}
             row.update(ttft_ms_p50=summary["ttft_ms"]["p50"], tpot_ms_p50=summary["tpot_ms"]["p50"],
+                       output_tokens_per_step=summary["output_tokens"] / max(summary["steps"], 1),
                        itl_ms_p99=summary["itl_ms"]["p99"], num_kv_blocks=engine.blocks.num_blocks,
                        max_num_seqs=engine.scheduler.config.max_num_seqs,
                        max_num_batched_tokens=engine.scheduler.config.max_num_batched_tokens)
@@ -202,28 +214,38 @@ def markdown(results) -> str:
     b = results.get("batching")
     if b:
         lines += [f"Workload: {b['num_requests']} requests, prompt and output lengths uniform in [16, {b['max_len']}] "
-                  f"(seed 0), EOS ignored, all arriving at once; both modes use the same runner, KV pool and max_num_seqs; "
-                  f"fastest of {b['repeats']} alternating runs each.", "",
-                  "| batching | output tok/s | duration s | steps | preemptions | TTFT p50 ms | TPOT p50 ms | ITL p99 ms "
-                  "| KV waste paged % | contiguous max_model_len % | contiguous trace-max % | outside model % |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for name, r in b["rows"].items():
-            lines.append(f"| {name} | {r['output_tok_s']:.1f} | {r['duration_s']:.2f} | {r['steps']} | {r['preemptions']} "
+                  f"(seed 0), EOS ignored, all arriving at once; both modes use the same runner; fastest of {b['repeats']} "
+                  "alternating runs each. A static batch is formed first come first served and held until its longest "
+                  "member finishes; it reserves one contiguous cache row per member at its longest member's length.", ""]
+    for key, title in (("batching", "Same KV budget: the memory of {static_batch} contiguous caches of the trace's longest "
+                                    "request ({blocks} blocks of 16 tokens); continuous batching admits up to max_num_seqs "
+                                    "{seqs} into it, static batches hold as many as fit"),
+                       ("batching_same_seqs", "Same max_num_seqs ({seqs}) and an ample pool ({blocks} blocks): "
+                                              "iteration-level scheduling alone")):
+        part = results.get(key)
+        if not part:
+            continue
+        c = part["rows"]["continuous"]
+        lines += [title.format(static_batch=results.get("static_batch"), blocks=c["num_kv_blocks"], seqs=c["max_num_seqs"]) + ":", "",
+                  "| batching | output tok/s | duration s | steps | output tokens a step | preemptions | TTFT p50 ms | TPOT p50 ms "
+                  "| ITL p99 ms | KV waste paged % | contiguous max_model_len % | contiguous trace-max % | outside model % |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for name, r in part["rows"].items():
+            lines.append(f"| {name} | {r['output_tok_s']:.1f} | {r['duration_s']:.2f} | {r['steps']} "
+                         f"| {r.get('output_tokens_per_step', 0):.1f} | {r['preemptions']} "
                          f"| {r['ttft_ms_p50']:.1f} | {r['tpot_ms_p50']:.2f} | {r['itl_ms_p99']:.2f} | {r['kv_waste_pct']:.2f} "
                          f"| {r['contiguous_kv_waste_pct']:.1f} | {r['contiguous_trace_max_waste_pct']:.1f} "
                          f"| {r['outside_model_pct']:.1f} |")
+        if key == "batching" and results.get("hf_generate"):
+            h = results["hf_generate"]
+            lines.append(f"| HF transformers generate, static batches of 8 | {h['output_tok_s']:.1f} | {h['duration_s']:.2f} "
+                         "| | | | | | | | | | |")
+        lines += ["", f"Continuous / static: **{part['continuous_over_static']:.2f}x** output tokens/s "
+                  f"(max_num_batched_tokens {c['max_num_batched_tokens']}); same tokens in both modes: {part['same_tokens']}.", ""]
     h = results.get("hf_generate")
-    if h:
-        if not b:
-            lines += ["| reference | output tok/s | duration s |", "|---|---|---|"]
-        lines.append(f"| HF transformers generate, static batches of 8 | {h['output_tok_s']:.1f} | {h['duration_s']:.2f} "
-                     + ("| | | | | | | | | |" if b else "|"))
-        lines += [] if b else [""]
-    if b:
-        c = b["rows"]["continuous"]
-        lines += ["", f"Continuous / static: **{b['continuous_over_static']:.2f}x** output tokens/s "
-                  f"(max_num_seqs {c['max_num_seqs']}, max_num_batched_tokens {c['max_num_batched_tokens']}, "
-                  f"{c['num_kv_blocks']} KV blocks); same tokens in both modes: {b['same_tokens']}.", ""]
+    if h and not b:
+        lines += ["| reference | output tok/s | duration s |", "|---|---|---|",
+                  f"| HF transformers generate, static batches of 8 | {h['output_tok_s']:.1f} | {h['duration_s']:.2f} |", ""]
     for r in results.get("long_prompt", [])[:1]:
         lines += [f"Long prompt: {r['long_prompt_tokens']} tokens arrive while {r['running_requests']} requests decode, "
                   "and are prefilled in chunks of what the decodes leave of the step's token budget, with decode priority "
@@ -260,7 +282,10 @@ def main():
     source.add_argument("--plan", help="a decoder plan (infc build with a decode: profile)")
     source.add_argument("--fake", action="store_true",
                         help="the fake runner with a CPU-like cost model, on a virtual clock (its cost is not slept)")
-    parser.add_argument("--max-num-seqs", type=int, default=8, help="batch size of both modes (static: of each batch)")
+    parser.add_argument("--static-batch", type=int, default=8,
+                        help="the same-KV-budget comparison's pool: this many contiguous caches of the trace's longest request; "
+                             "also max_num_seqs of the same-max_num_seqs comparison")
+    parser.add_argument("--max-num-seqs", type=int, default=64, help="max_num_seqs of the same-KV-budget comparison")
     parser.add_argument("--num-kv-blocks", type=int, help="default: the plan's profile (2048 for --fake)")
     parser.add_argument("--num-requests", type=int, default=64)
     parser.add_argument("--max-len", type=int, default=256, help="prompt and output lengths are uniform in [16, MAX_LEN]")
@@ -291,11 +316,14 @@ def main():
                "runner": "fake (cost model)" if args.fake else f"plan {args.plan}",
                "clock": "virtual" if args.fake else args.clock,
                "spec": dataclasses.asdict(spec)}
+    results["static_batch"] = args.static_batch
     if "batching" in parts:
-        batching = batching_and_kv(factory, args, spec)
-        batching.pop("requests")
-        results["batching"] = {**batching, "num_requests": args.num_requests, "max_len": args.max_len}
-        print(json.dumps(results["batching"]["rows"], default=str), flush=True)
+        for key, max_num_seqs, num_blocks in (("batching", args.max_num_seqs, same_kv_budget_blocks(spec, args)),
+                                              ("batching_same_seqs", args.static_batch, None)):
+            batching = batching_and_kv(factory, args, spec, max_num_seqs, num_blocks)
+            batching.pop("requests")
+            results[key] = {**batching, "num_requests": args.num_requests, "max_len": args.max_len}
+            print(key, json.dumps(results[key]["rows"], default=str), flush=True)
     if args.hf_model:
         try:
             results["hf_generate"] = hf_generate(args.hf_model, trace(spec, args.num_requests, args.max_len), CLOCKS[args.clock])

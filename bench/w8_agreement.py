@@ -27,7 +27,7 @@ from infc.compiler.quantize.w8_sensitivity import TeacherForced
 from infc.compiler.runtime.engine import Engine, EngineConfig
 from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.runtime.sampler import SamplingParams
-from infc.compiler.runtime.scheduler import SchedulerConfig
+from infc.compiler.runtime.scheduler_config import SchedulerConfig
 from infc.compiler.runtime.sequence import Request
 from infc.compiler.runtime.text import TextCodec
 

@@ -11,7 +11,7 @@ from ..runtime.engine import Engine, EngineConfig
 from ..runtime.executor import Executor
 from ..runtime.model_runner import PagedModelRunner
 from ..runtime.sampler import SamplingParams
-from ..runtime.scheduler import SchedulerConfig
+from ..runtime.scheduler_config import SchedulerConfig
 from ..runtime.sequence import Request
 
 NUM_PROMPTS, PROMPT_LEN, NUM_TOKENS = 4, 12, 8

@@ -13,7 +13,8 @@ from .block_manager import BlockManager
 from .decode_api import ModelRunner, SeqChunk
 from .metrics import StepStats, summarize
 from .sampler import make_generator, sample_batch
-from .scheduler import Scheduler, SchedulerConfig
+from .scheduler import Scheduler
+from .scheduler_config import SchedulerConfig
 from .step_cost import StepCostModel
 from .sequence import Request, Sequence, Status, request_problem
 from .text import StreamDetokenizer, TextCodec

@@ -13,35 +13,20 @@ takes at most that many prefill tokens, so a long prompt cannot stretch the runn
 inter-token latency beyond a set factor of a decode-only step.
 
 Static batching (the baseline): a batch is formed when the previous one has finished, of up to
-`max_num_seqs` waiting sequences first come first served, as many as the free pool holds at their
-full length (prompt and max_tokens: a static batch cannot preempt, so it reserves its worst case);
-nothing else is admitted until all of its members finish.
+`max_num_seqs` waiting sequences first come first served, as many as the free pool holds as one
+contiguous cache: every member reserves the longest member's prompt + max_tokens (a static batch
+cannot preempt, so it reserves its worst case, and a [batch, length] KV tensor pads to its longest
+row); nothing else is admitted until all of its members finish. Finished members stop computing.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable
 
 from .block_manager import BlockManager
+from .scheduler_config import SchedulerConfig
 from .sequence import Sequence, Status
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    max_num_seqs: int = 64
-    max_num_batched_tokens: int = 2048
-    static_batching: bool = False
-    max_skip_steps: int = 8
-    # Admission leaves this share of the pool free for the running sequences to grow into: admitting
-    # into the last blocks only to preempt (and recompute) someone a few steps later is pure loss.
-    watermark: float = 0.05
-
-    def __post_init__(self):
-        if self.max_num_seqs <= 0 or self.max_num_batched_tokens < self.max_num_seqs:
-            raise ValueError(f"need 0 < max_num_seqs ({self.max_num_seqs}) <= max_num_batched_tokens "
-                             f"({self.max_num_batched_tokens}) so every running decode fits in a step")
 
 
 class Scheduler:
@@ -99,13 +84,16 @@ class Scheduler:
         return budget if cap is None else min(budget, cap)
 
     def _static_batch(self) -> set[Sequence]:
-        batch, num_reserved = set(), 0
+        """FCFS members while the batch's contiguous cache fits: every member reserves the longest
+        member's prompt + max_tokens, as a [batch, length] KV tensor does."""
+        batch, longest = set(), 0
         for seq in self.waiting:
-            need = self.blocks.blocks_for(len(seq.prompt_ids) + seq.params.max_tokens)
-            if len(batch) == self.config.max_num_seqs or batch and num_reserved + need > self.blocks.num_free_blocks:
+            length = max(longest, len(seq.prompt_ids) + seq.params.max_tokens)
+            need = (len(batch) + 1) * self.blocks.blocks_for(length)
+            if len(batch) == self.config.max_num_seqs or batch and need > self.blocks.num_free_blocks:
                 break
             batch.add(seq)
-            num_reserved += need
+            longest = length
         return batch
 
     def _admit(self, scheduled: dict[Sequence, int], budget: int) -> None:

@@ -14,7 +14,7 @@ from infc.compiler.runtime.decode_api import ModelSpec
 from infc.compiler.runtime.engine import Engine, EngineConfig
 from infc.compiler.runtime.fake_runner import DEFAULT_SPEC, FakeRunner, reference_tokens
 from infc.compiler.runtime.sampler import SamplingParams
-from infc.compiler.runtime.scheduler import SchedulerConfig
+from infc.compiler.runtime.scheduler_config import SchedulerConfig
 from infc.compiler.runtime.sequence import Request
 
 SPEC = dataclasses.replace(DEFAULT_SPEC, max_model_len=512, block_size=8)

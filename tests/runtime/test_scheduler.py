@@ -5,7 +5,8 @@ import pytest
 
 from infc.compiler.runtime.block_manager import BlockManager
 from infc.compiler.runtime.sampler import SamplingParams
-from infc.compiler.runtime.scheduler import Scheduler, SchedulerConfig
+from infc.compiler.runtime.scheduler import Scheduler
+from infc.compiler.runtime.scheduler_config import SchedulerConfig
 from infc.compiler.runtime.sequence import Sequence, Status
 
 
@@ -132,6 +133,17 @@ def test_static_batch_reserves_each_members_full_length_in_the_pool():
     seqs = [add(scheduler, 3, i, first_token=10 * i) for i in range(3)]
     for seq in seqs:
         seq.params = SamplingParams(max_tokens=10)
+    assert set(run_step(scheduler)) == {0, 1}
+    assert seqs[2].status is Status.WAITING
+
+
+def test_static_batch_pads_every_member_to_its_longest():
+    # 12 blocks of 4 tokens: a short request (3 + 2 -> 2 blocks) joins a long one (3 + 17 -> 5
+    # blocks) only at the long one's length, as one [batch, length] cache: 2 x 5 blocks fit, 3 x 5 not
+    scheduler = make_scheduler(num_blocks=12, max_num_seqs=4, max_num_batched_tokens=64, static_batching=True)
+    seqs = [add(scheduler, 3, i, first_token=10 * i) for i in range(3)]
+    for seq, max_tokens in zip(seqs, (17, 2, 2)):
+        seq.params = SamplingParams(max_tokens=max_tokens)
     assert set(run_step(scheduler)) == {0, 1}
     assert seqs[2].status is Status.WAITING
 
