@@ -294,6 +294,8 @@ def main():
     parser.add_argument("--itl-factors", default="off,1.5",
                         help="decode-priority ITL factors in the long-prompt test (comma separated; off: no cap)")
     parser.add_argument("--hf-model", help="a transformers model folder or .gguf for the HF generate reference")
+    parser.add_argument("--comparisons", default="same-kv,same-seqs",
+                        help="which continuous-vs-static comparisons the batching part runs")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"which of {', '.join(PARTS)} to run")
     parser.add_argument("--output", help="results JSON (default bench/results/decode[-<plan name>]-<date>.json)")
     parser.add_argument("--doc", help="markdown table (default docs/decode-benchmark.md)")
@@ -318,8 +320,9 @@ def main():
                "spec": dataclasses.asdict(spec)}
     results["static_batch"] = args.static_batch
     if "batching" in parts:
-        for key, max_num_seqs, num_blocks in (("batching", args.max_num_seqs, same_kv_budget_blocks(spec, args)),
-                                              ("batching_same_seqs", args.static_batch, None)):
+        settings = (("batching", "same-kv", args.max_num_seqs, same_kv_budget_blocks(spec, args)),
+                    ("batching_same_seqs", "same-seqs", args.static_batch, None))
+        for key, _, max_num_seqs, num_blocks in (s for s in settings if s[1] in args.comparisons.split(",")):
             batching = batching_and_kv(factory, args, spec, max_num_seqs, num_blocks)
             batching.pop("requests")
             results[key] = {**batching, "num_requests": args.num_requests, "max_len": args.max_len}

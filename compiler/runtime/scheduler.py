@@ -73,10 +73,13 @@ class Scheduler:
         return list(scheduled.items())
 
     def _keep_free(self) -> int:
-        # a static batch reserved its members' worst case when it was formed
-        if self.config.static_batching or not self.running:
+        """Blocks admission leaves free: the running sequences' next `growth_lookahead` output
+        tokens each (this step's are allocated already), at least the watermark."""
+        if self.config.static_batching or not self.running:  # a static batch reserved its worst case
             return 0
-        return int(self.config.watermark * self.blocks.num_blocks)
+        lookahead = self.config.growth_lookahead
+        growth = sum(min(lookahead, len(seq.prompt_ids) + seq.params.max_tokens - seq.num_tokens) for seq in self.running)
+        return max(int(self.config.watermark * self.blocks.num_blocks), -(-growth // self.blocks.block_size))
 
     def _capped(self, budget: int, num_decodes: int) -> int:
         """The token budget left for prefill chunks after `num_decodes` decodes (decode priority)."""

@@ -57,7 +57,8 @@ def test_max_num_seqs_bounds_the_running_set():
 
 
 def test_newest_is_preempted_when_blocks_run_out_and_nothing_is_admitted_that_step():
-    scheduler = make_scheduler(num_blocks=4, block_size=4, max_num_seqs=4, max_num_batched_tokens=64)
+    # growth_lookahead 0: admission leaves only the watermark, so the pool can run out
+    scheduler = make_scheduler(num_blocks=4, block_size=4, max_num_seqs=4, max_num_batched_tokens=64, growth_lookahead=0)
     old, new = add(scheduler, 8, 0), add(scheduler, 7, 1, first_token=50)
     assert run_step(scheduler) == {0: 8, 1: 7}  # 2 + 2 blocks: the pool is full
     waiting = add(scheduler, 1, 2, first_token=90)
@@ -76,7 +77,8 @@ def test_a_sequence_preempts_itself_when_it_is_the_newest():
 
 
 def test_aging_stops_overtaking_after_max_skip_steps():
-    scheduler = make_scheduler(num_blocks=6, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, max_skip_steps=2)
+    scheduler = make_scheduler(num_blocks=6, block_size=4, max_num_seqs=8, max_num_batched_tokens=64, max_skip_steps=2,
+                               growth_lookahead=0)
     add(scheduler, 16, 0)  # 4 blocks, stays running
     run_step(scheduler)
     big = add(scheduler, 12, 1, first_token=100)  # needs 3 blocks, only 2 free
@@ -155,6 +157,23 @@ def test_admission_keeps_the_watermark_free_while_others_run():
     add(scheduler, 20, 1, first_token=100)  # 5 more would leave 5 free, the watermark wants 5: fits
     add(scheduler, 4, 2, first_token=200)  # 1 more would leave 4 free: waits
     assert run_step(scheduler) == {0: 1, 1: 20}
+
+
+def test_admission_leaves_room_for_the_running_sequences_to_grow():
+    # 20 blocks of 4 tokens; the running sequence (8 prompt tokens, 40 to go) will grow by 32 tokens
+    # = 8 blocks over the lookahead, so a newcomer needing 10 more blocks waits (2 + 10 + 8 > 20)
+    scheduler = make_scheduler(num_blocks=20, block_size=4, max_num_seqs=4, max_num_batched_tokens=64, growth_lookahead=32)
+    first = add(scheduler, 8, 0)
+    first.params = SamplingParams(max_tokens=40)
+    assert run_step(scheduler) == {0: 8}
+    add(scheduler, 39, 1, first_token=100)
+    assert run_step(scheduler) == {0: 1}
+    relaxed = make_scheduler(num_blocks=20, block_size=4, max_num_seqs=4, max_num_batched_tokens=64, growth_lookahead=0)
+    first = add(relaxed, 8, 0)
+    first.params = SamplingParams(max_tokens=40)
+    run_step(relaxed)
+    add(relaxed, 39, 1, first_token=100)
+    assert run_step(relaxed) == {0: 1, 1: 39}
 
 
 def test_prefill_cap_limits_prefill_tokens_only_in_steps_with_decodes():
