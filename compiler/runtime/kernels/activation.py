@@ -1,6 +1,8 @@
 """Activations (ONNX and ORT contrib), Clip, Dropout (inference) and the softmax family.
 
-Float32 stays float32: constants are Python scalars, which NumPy treats as weak types.
+Float32 stays float32: constants are Python scalars, which NumPy treats as weak types. The GELU
+family on float32 runs as one compiled pass when numba is there (jit_activation.py, same formulas);
+the NumPy code here is the path without it and for other dtypes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import numpy as np
 
 from .common import arg, clip_into, norm_axis, to_compute
 from .elementwise import erf, erf_f32
+from .jit_activation import ERF_FORM, QUICK_FORM, TANH_FORM, gelu
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -69,6 +72,9 @@ def prelu(inputs, attrs, ctx):
 
 
 def gelu_erf(x):
+    compiled = gelu(x, None, ERF_FORM)
+    if compiled is not None:
+        return compiled
     if x.dtype == np.float32:  # x * (0.5 + 0.5 * erf(x / sqrt(2)))
         y = erf_f32(x, 0.5, 1.0 / math.sqrt(2.0))
         y += 0.5
@@ -82,6 +88,9 @@ def gelu_erf(x):
 
 
 def gelu_tanh(x):
+    compiled = gelu(x, None, TANH_FORM)
+    if compiled is not None:
+        return compiled
     inner = x * x
     inner *= 0.044715 * _SQRT_2_OVER_PI
     inner += _SQRT_2_OVER_PI
@@ -176,12 +185,25 @@ def hardmax(inputs, attrs, ctx):
     return [y.reshape(shape).astype(inputs[0].dtype, copy=False)]
 
 
+def quick_gelu(x, alpha):
+    compiled = gelu(x, None, QUICK_FORM, alpha)
+    if compiled is not None:
+        return compiled
+    return x * sigmoid(x * alpha)
+
+
 def fast_gelu(inputs, attrs, ctx):
     x, bias = inputs[0], arg(inputs, 1)
+    compiled = gelu(x, bias, TANH_FORM)
+    if compiled is not None:
+        return [compiled]
     return [gelu_tanh(x + bias if bias is not None else x).astype(x.dtype, copy=False)]
 
 
 def bias_gelu(inputs, attrs, ctx):
+    compiled = gelu(inputs[0], inputs[1], ERF_FORM)
+    if compiled is not None:
+        return [compiled]
     x = inputs[0] + inputs[1]
     if x.dtype == np.float32:  # x * (0.5 + 0.5 * erf(x / sqrt(2))), the last product in place
         y = erf_f32(x, 0.5, 1.0 / math.sqrt(2.0))
@@ -219,7 +241,7 @@ FLOAT_FUNCTIONS = {
 }
 CONTRIB_FUNCTIONS = {
     "Gelu": lambda x, a: gelu_erf(x),
-    "QuickGelu": lambda x, a: x * sigmoid(x * a.get("alpha", 1.702)),
+    "QuickGelu": lambda x, a: quick_gelu(x, a.get("alpha", 1.702)),
 }
 
 KERNELS = {

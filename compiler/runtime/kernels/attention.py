@@ -9,6 +9,8 @@ import numpy as np
 
 from .activation import softmax_last
 from .common import arg, is_exotic, np_dtype
+from .jit_attention import attend
+from .jit_rotary import rotate
 
 
 def _heads(x: np.ndarray, num_heads: int) -> np.ndarray:
@@ -144,6 +146,11 @@ def mha_operands(inputs, attrs, xp=np):
 
 def multi_head_attention(inputs, attrs, ctx):
     q, k, v, padding, attn_bias, scale = mha_operands(inputs, attrs)
+    # the GEMMs and one compiled call between them when numba is there (jit_attention.py)
+    y = attend(q, k, v, padding, attn_bias, scale, attrs.get("mask_filter_value", -10000.0),
+               bool(attrs.get("unidirectional", 0)))
+    if y is not None:
+        return [y, k, v]
     scores = np.matmul(q, np.swapaxes(k, -1, -2))
     scores *= q.dtype.type(scale)
     s_len, t_len = scores.shape[-2:]
@@ -222,6 +229,10 @@ def _rotary(x, cos_cache, sin_cache, positions, attrs, memo=None):
         x_BSNH = work.reshape(b, s, heads, hidden // heads)
     rot_dim = attrs.get("rotary_embedding_dim", 0) or x_BSNH.shape[-1]
     interleaved = bool(attrs.get("interleaved", 0))
+    if work is x:  # one compiled call when numba is there (jit_rotary.py)
+        compiled = rotate(x, x_BSNH.shape[2], cos_cache, sin_cache, positions, interleaved, rot_dim)
+        if compiled is not None:
+            return [compiled]
     cos_full, sin_signed = _rotary_tables(cos_cache, sin_cache, rot_dim // 2, interleaved, work.dtype, memo)
     if positions is not None:
         cos_full, sin_signed = cos_full[positions], sin_signed[positions]

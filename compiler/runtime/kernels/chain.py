@@ -10,7 +10,9 @@ Float32/float64 data runs chunk by chunk: a block of the output (CHUNK elements,
 leading axes so broadcast operands slice along) goes through every op while it is in cache, the
 temporaries live in small scratch buffers kept between runs, and only the last op writes the output,
 so memory is read and written once instead of once per op. (Chunks are not shared with the helper
-thread: their many short NumPy calls mostly hold the GIL, and measured slower that way.) The output is the buffer the executor
+thread: their many short NumPy calls mostly hold the GIL, and measured slower that way.) Chains of
+exactly rounded ops (Add, Mul, Relu, ...) over contiguous operands run as one compiled call when
+numba is there instead (jit_chain.py; bitwise the same results). The output is the buffer the executor
 donates (an input that dies here, see executor.py) when it has the output's shape. Anything else
 (integer data, operands that do not cover the output) runs op by op on the registered kernels.
 """
@@ -23,6 +25,7 @@ import threading
 import numpy as np
 
 from .common import KernelContext, broadcast_shape, clip_into
+from .jit_chain import CompiledChain
 
 CHUNK = 1 << 17  # elements per chunk (512 KB of float32): operands and temporaries stay in L2 (measured best)
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -141,6 +144,7 @@ class _Plan:
         self.chunks = list(_chunks(shape, [None if x is None else x.shape for x in inputs]))
         self.registers = registers + 1  # + the spare
         self._scratch: dict[int, dict] = {}  # thread -> chunk shape -> register views
+        self.compiled = CompiledChain.prepare(ops, [None if x is None else x.shape for x in inputs], shape, dtype)
 
     def scratch(self, chunk_shape) -> list:
         """The registers for a chunk, per thread (two executors of one plan may run at once)."""
@@ -218,6 +222,8 @@ def elementwise_chain(inputs, attrs, ctx):
     out = ctx.out[0] if ctx is not None and ctx.out else None
     if out is None or out.shape != plan.shape or out.dtype != plan.dtype or not out.flags.c_contiguous:
         out = np.empty(plan.shape, plan.dtype)
+    if plan.compiled is not None and plan.compiled.run(inputs, out):
+        return [out]
     program, chunks = plan.program, plan.chunks
 
     def chunk(number):
@@ -234,7 +240,7 @@ elementwise_chain.accepts_out = True
 
 
 def _op_by_op(inputs, ops, ctx):
-    from . import kernel_for  # noqa: PLC0415 - the registry imports this module
+    from . import kernel_for  # here, not at the top: the registry imports this module
 
     opset = ctx.opset if ctx is not None else 17
     results = []

@@ -2,14 +2,18 @@
 SimplifiedLayerNormalization / RMSNormalization, ORT's SkipLayerNormalization and
 SkipSimplifiedLayerNormalization, LRN, LpNormalization, MeanVarianceNormalization.
 
-Statistics are float32 for float32 data (mean, then the mean of squared deviations)."""
+Statistics are float32 for float32 data (mean, then the mean of squared deviations). Float32/float64
+rows go through one compiled call when numba is there (jit_norm.py, same arithmetic); this NumPy
+code is the path without it and for every other case."""
 
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from .common import arg, norm_axis, to_compute
+from .jit_norm import normalize_rows
 
 
 def _channel(v: np.ndarray, rank: int) -> np.ndarray:
@@ -64,8 +68,17 @@ def _normalize_fast(x2d: np.ndarray, eps: float, center: bool, fresh: bool = Fal
     return np.multiply(x2d, inv_std), mean, inv_std
 
 
+def _stats_shape(x: np.ndarray, axis: int) -> tuple:
+    return x.shape[:axis] + (1,) * (x.ndim - axis)
+
+
 def _layer_norm(x: np.ndarray, scale, bias, axis: int, eps: float, center: bool, fresh: bool = False):
     axis = x.ndim - 1 if axis == -1 else norm_axis(axis, x.ndim)
+    compiled = normalize_rows(x, axis, scale, bias, eps, center)
+    if compiled is not None:
+        y, mean, inv_std, _ = compiled
+        stats_shape = _stats_shape(x, axis)
+        return y.reshape(x.shape), [mean.reshape(stats_shape) if center else None, inv_std.reshape(stats_shape)]
     if x.dtype == np.float32 or x.dtype == np.float64:
         rows = x.reshape(-1, math.prod(x.shape[axis:])) if x.flags.c_contiguous else np.ascontiguousarray(x).reshape(
             -1, math.prod(x.shape[axis:]))
@@ -84,7 +97,7 @@ def _layer_norm(x: np.ndarray, scale, bias, axis: int, eps: float, center: bool,
         if bias is not None:
             y += to_compute(bias)
         y = y.astype(x.dtype, copy=False)
-    stats_shape = x.shape[:axis] + (1,) * (x.ndim - axis)
+    stats_shape = _stats_shape(x, axis)
     stats = [mean.reshape(stats_shape) if mean is not None else None, inv_std.reshape(stats_shape)]
     return y, stats
 
@@ -105,12 +118,20 @@ def _skip_norm(center: bool):
     def kernel(inputs, attrs, ctx):
         x, skip, gamma = inputs[0], inputs[1], inputs[2]
         beta, bias = (arg(inputs, 3), arg(inputs, 4)) if center else (None, arg(inputs, 3))
+        eps = attrs.get("epsilon", 1e-12)
+        # the sum is an output too (index 3), needed unless the node has fewer outputs
+        wants_total = not (ctx is not None and ctx.out and len(ctx.out) < 4)
+        compiled = normalize_rows(x, x.ndim - 1, gamma, beta, eps, center, skip, bias, wants_total)
+        if compiled is not None:
+            y, mean, inv_std, total = compiled
+            stats_shape = _stats_shape(x, x.ndim - 1)
+            return [y.reshape(x.shape), mean.reshape(stats_shape) if center else None, inv_std.reshape(stats_shape),
+                    total.reshape(x.shape) if wants_total else None]
         total = x + skip
         if bias is not None:
             total += bias
-        # the sum is an output too (index 3): normalize in place only when nobody takes it
-        fresh = len(ctx.out) < 4 if ctx is not None and ctx.out else False
-        y, (mean, inv_std) = _layer_norm(total, gamma, beta, -1, attrs.get("epsilon", 1e-12), center, fresh)
+        # normalize the sum in place when nobody takes it
+        y, (mean, inv_std) = _layer_norm(total, gamma, beta, -1, eps, center, fresh=not wants_total)
         return [y, mean, inv_std, total]
     return kernel
 
