@@ -3,19 +3,25 @@
 `conv_plan` picks a path per input shape: pointwise (a GEMM on the input as it lies), depthwise
 (band GEMMs, depthwise.py), narrowing stride-1 2-D (one GEMM per tap, conv_taps.py), other dense
 2-D (phase-layout im2col, im2col.py), and the generic im2col + one BLAS GEMM per group for the
-rest. Bias, residual and activation are fused into the epilogue."""
+rest. Bias, residual and activation are fused into the epilogue.
+
+With compiled kernels on (runtime/jit.py), jit_conv.py takes over where NumPy's per-call costs
+dominate: depthwise and few-channel grouped convolutions run direct, small dense ones as one
+compiled im2col + one GEMM, and bias + a known activation (jit_conv.FusedActivation) take one
+compiled pass over each output block; every other case keeps the NumPy path."""
 
 from __future__ import annotations
 
-import math
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..gemm_impls import blas_threads, product_into
+from ..gemm_impls import OPENBLAS_SERIAL_MACS, blas_threads, product_into
 from . import im2col as phased
+from . import jit_conv
 from .common import arg, clip_into, parallel_for
 from .conv_taps import dense2d_taps, prefers_taps
 from .depthwise import depthwise_conv, is_depthwise
@@ -88,7 +94,7 @@ def im2col(xp: np.ndarray, kernel, geo: Geometry) -> np.ndarray:
 
 def depthwise(xp: np.ndarray, w: np.ndarray, geo: Geometry) -> np.ndarray:
     """One channel per group: accumulate one strided slice per kernel tap (no loop over channels)."""
-    n, c = xp.shape[:2]
+    c = xp.shape[1]
     m = w.shape[0]
     if m != c:  # channel multiplier: output channel j reads input channel j // (m // c)
         xp = np.repeat(xp, m // c, axis=1)
@@ -115,6 +121,8 @@ class ConvPlan:
     kernel: tuple
     group: int
     out_shape: tuple
+    is_direct: bool = False  # the compiled direct kernel serves it (jit_conv.direct_fits), when compiled kernels are on
+    pins_blas: bool = True  # some GEMM is large enough for OpenBLAS to thread it (see conv_forward)
 
 
 def conv_plan(x_shape, x_dtype, w_shape, attrs, memo: dict | None) -> ConvPlan:
@@ -141,7 +149,13 @@ def conv_plan(x_shape, x_dtype, w_shape, attrs, memo: dict | None) -> ConvPlan:
         kind = TAPS_DENSE if not strided and prefers_taps(c, m, math.prod(kernel)) else PHASED_DENSE
     else:
         kind = GENERIC
-    plan = ConvPlan(kind, geo, kernel, group, (x_shape[0], m) + geo.out)
+    is_direct = kind != POINTWISE and not is_empty and jit_conv.direct_fits(x_shape, w_shape, group)
+    # the largest GEMM a path issues: one image's, or all images' (pointwise over one pixel, the
+    # compiled small dense path); x2 as the latter multiplies wide rows, a little longer than the output's
+    per_image = m * (c // max(group, 1)) * math.prod(kernel) * math.prod(geo.out)
+    images = 1 if kind == POINTWISE and math.prod(x_shape[2:]) > 1 else x_shape[0]
+    pins_blas = 2 * per_image * images >= OPENBLAS_SERIAL_MACS
+    plan = ConvPlan(kind, geo, kernel, group, (x_shape[0], m) + geo.out, is_direct, pins_blas)
     if memo is not None:
         if len(memo) > 64:
             memo.clear()
@@ -155,26 +169,47 @@ def conv_forward(x: np.ndarray, w: np.ndarray, bias, attrs, residual=None, memo:
     each block of output right after computing it, while it is in cache; the others after the
     whole output (and after the residual)."""
     plan = conv_plan(x.shape, x.dtype, w.shape, attrs, memo)
+    memo = {} if memo is None else memo
+    if plan.is_direct:  # no BLAS call: skip pinning its threads (microseconds on small convolutions)
+        y = jit_conv.direct(x, w, bias, plan.geo, plan.group, memo, epilogue if residual is None else None)
+        if y is not None:
+            return _finish(y, residual, epilogue)
+    if not plan.pins_blas:  # OpenBLAS runs such GEMMs on this thread anyway: skip pinning (microseconds)
+        return _conv_forward(plan, x, w, bias, residual, memo, epilogue)
     with blas_threads(1):  # large GEMM blocks are shared with the helper thread (parallel_for) instead
         return _conv_forward(plan, x, w, bias, residual, memo, epilogue)
+
+
+def _finish(y: np.ndarray, residual, epilogue) -> np.ndarray:
+    """The residual, and then the epilogue, on an output computed without them."""
+    if residual is not None:
+        y += residual
+        if epilogue is not None:
+            epilogue(y)
+    return y
 
 
 def _conv_forward(plan: ConvPlan, x, w, bias, residual, memo, epilogue) -> np.ndarray:
     late = epilogue if residual is not None else None
     early = epilogue if residual is None else None
-    if plan.kind == POINTWISE:
+    compiled = None
+    if plan.kind in (SMALL_DENSE, PHASED_DENSE):
+        compiled = jit_conv.small_dense(x, w, bias, plan.geo, memo, early)
+    if compiled is not None:
+        y = compiled
+    elif plan.kind == POINTWISE:
         y = _pointwise(x, w, bias, early)
     elif plan.kind == SMALL_DENSE:
-        y = phased.small_conv(x, w, bias, plan.kernel, plan.geo, {} if memo is None else memo)
+        y = phased.small_conv(x, w, bias, plan.kernel, plan.geo, memo)
         late = epilogue
     elif plan.kind == DEPTHWISE:
-        y = depthwise_conv(x, w, bias, plan.geo, {} if memo is None else memo, early)
+        y = depthwise_conv(x, w, bias, plan.geo, memo, early)
     elif plan.kind == TAPS_DENSE:
         geo = plan.geo
-        y = dense2d_taps(x, w, bias, geo.pads_begin, geo.pads_end, geo.out, {} if memo is None else memo, early)
+        y = dense2d_taps(x, w, bias, geo.pads_begin, geo.pads_end, geo.out, memo, early)
     elif plan.kind == PHASED_DENSE:
         geo = plan.geo
-        y = phased.dense2d(x, w, bias, geo.strides, geo.pads_begin, geo.pads_end, geo.out, {} if memo is None else memo, early)
+        y = phased.dense2d(x, w, bias, geo.strides, geo.pads_begin, geo.pads_end, geo.out, memo, early)
     else:
         y = _generic(x, w, bias, plan)
         late = epilogue
@@ -191,35 +226,41 @@ POINTWISE_BLOCK_BYTES = 1 << 20  # pointwise output block: GEMM, bias and activa
 def _pointwise(x: np.ndarray, w: np.ndarray, bias, epilogue=None) -> np.ndarray:
     """1x1, stride 1, no pads, one group: a GEMM per image, in column blocks when the output is
     large (so bias and activation run in cache); with one pixel per image (squeeze-and-excitation
-    blocks) one GEMM over all images."""
+    blocks) one GEMM over all images. Bias and epilogue take one compiled pass where they can
+    (jit_conv.bias_and_epilogue)."""
     n, c = x.shape[:2]
     m = w.shape[0]
     pixels = x.size // (n * c) if n * c else 0
     weights = w.reshape(m, c)
     if pixels == 1:
         y = np.matmul(x.reshape(n, c), weights.T)
-        if bias is not None:
-            y += bias
-        if epilogue is not None:
-            epilogue(y)
+        if not jit_conv.bias_and_epilogue(y.reshape(n * m, 1), bias, epilogue, 0, n * m):
+            if bias is not None:
+                y += bias
+            if epilogue is not None:
+                epilogue(y)
         return y.reshape((n, m) + x.shape[2:])
     column = bias.reshape(m, 1) if bias is not None else None
     width = max(256, POINTWISE_BLOCK_BYTES // max(m * x.itemsize, 1))
     if width >= pixels:
         y = np.matmul(weights, x.reshape(n, c, pixels)) if n > 1 else product_into(weights, x.reshape(c, pixels))
-        if column is not None:
-            y += column
-        if epilogue is not None:
-            epilogue(y)
+        if not jit_conv.bias_and_epilogue(y.reshape(n * m, pixels), bias, epilogue, 0, n * m):
+            if column is not None:
+                y += column
+            if epilogue is not None:
+                epilogue(y)
         return y.reshape((n, m) + x.shape[2:])
     y = np.empty((n, m, pixels), dtype=np.result_type(x.dtype, w.dtype))
     x3 = x.reshape(n, c, pixels)
+    rows = y.reshape(n * m, pixels)
     items = [(image, start) for image in range(n) for start in range(0, pixels, width)]
 
     def run(index):
         image, start = items[index]
         block = y[image, :, start:start + width]
         np.matmul(weights, x3[image, :, start:start + width], out=block)
+        if jit_conv.bias_and_epilogue(rows, bias, epilogue, image * m, (image + 1) * m, start, min(start + width, pixels)):
+            return
         if column is not None:
             block += column
         if epilogue is not None:
@@ -296,8 +337,10 @@ def fused_conv(inputs, attrs, ctx, then=None):
         def epilogue(block):
             apply_activation(block, name, params)
             then(block)
+    elif in_place and name:
+        epilogue = _activation_epilogue(name, params, ctx.memo)
     elif in_place:
-        epilogue = then if not name else (lambda block: apply_activation(block, name, params))
+        epilogue = then
     y = conv_forward(inputs[0], inputs[1], arg(inputs, 2), attrs, residual=arg(inputs, 3), memo=ctx.memo,
                      epilogue=epilogue)
     if not in_place:
@@ -305,6 +348,21 @@ def fused_conv(inputs, attrs, ctx, then=None):
         if then is not None:
             then(y)
     return [y]
+
+
+def _activation_epilogue(name: str, params, memo: dict):
+    """The fused activation as an epilogue: a jit_conv.FusedActivation (compiled kernels apply it
+    in their own pass) for the activations they know, else a NumPy closure; kept in the memo."""
+    key = ("activation-epilogue", name, tuple(params or ()))
+    epilogue = memo.get(key)
+    if epilogue is None:
+        def numpy_form(block):
+            apply_activation(block, name, params)
+
+        known = jit_conv.activation_code(name, params)
+        epilogue = numpy_form if known is None else jit_conv.FusedActivation(known[0], known[1], numpy_form)
+        memo[key] = epilogue
+    return epilogue
 
 
 def conv_transpose(inputs, attrs, ctx):
@@ -353,7 +411,7 @@ def _unpatchify(x, w, bias, group: int, kernel: tuple) -> np.ndarray:
     """ConvTranspose with stride == kernel and no padding: taps never overlap, so every input pixel
     writes its own kernel-sized patch: one GEMM per group and one transposing copy, no col2im sums."""
     n, c = x.shape[:2]
-    spatial, nd = x.shape[2:], len(kernel)
+    spatial = x.shape[2:]
     outs, cg = w.shape[1], c // group
     taps = math.prod(kernel)
     cols = np.empty((n, group, outs * taps, math.prod(spatial)), dtype=x.dtype)
@@ -362,12 +420,16 @@ def _unpatchify(x, w, bias, group: int, kernel: tuple) -> np.ndarray:
     for image in range(n):
         for g in range(group):
             product_into(weights[g].T, xs[image, g], out=cols[image, g])
+    out_shape = (n, group * outs) + tuple(s * k for s, k in zip(spatial, kernel))
+    compiled = jit_conv.interleave_patches(cols, bias, out_shape, kernel)
+    if compiled is not None:
+        return compiled
     if bias is not None:
         cols.reshape(n, group * outs, taps * math.prod(spatial))[...] += bias.reshape(group * outs, 1)
     # (n, M, k1..kd, s1..sd) -> (n, M, s1, k1, ..., sd, kd), one strided copy per tap (a single
     # transposing copy walks the output with a stride of kd elements and measured 3x slower)
     patches = cols.reshape((n, group * outs) + kernel + tuple(spatial))
-    y = np.empty((n, group * outs) + tuple(s * k for s, k in zip(spatial, kernel)), dtype=x.dtype)
+    y = np.empty(out_shape, dtype=x.dtype)
     interleaved = y.reshape((n, group * outs) + tuple(d for s, k in zip(spatial, kernel) for d in (s, k)))
     for index in itertools.product(*(range(k) for k in kernel)):
         target = (slice(None), slice(None)) + tuple(part for k in index for part in (slice(None), k))

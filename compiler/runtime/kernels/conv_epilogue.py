@@ -15,12 +15,16 @@ executor, or a build that observes every value, sees the original steps.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from . import jit_conv
 from .chain import INTO, compile_ops, run_program
 from .common import KernelContext
 from .conv import fused_conv
 from .im2col import pooled
+from .jit_conv import FusedActivation
 
 OP, DOMAIN = "ConvEpilogue", "infc.cpu"
 CONVS = {("", "Conv"), ("com.microsoft", "FusedConv")}
@@ -43,12 +47,86 @@ def conv_epilogue(inputs, attrs, ctx: KernelContext):
 
     if inputs[0].dtype not in FLOATS:
         return _unfused(inputs, attrs, ctx)
-    return fused_conv(inputs[:4], attrs, ctx, then)
+    return fused_conv(inputs[:4], attrs, ctx, _as_fused_activation(attrs["epilogue"], inputs[4:], then, ctx.memo))
+
+
+def _as_fused_activation(ops, scalars, then, memo: dict):
+    """`then` as a jit_conv.FusedActivation when the program is one activation the compiled
+    kernels apply themselves, maybe followed by a scalar affine (see _known_activation), else
+    `then` itself. Kept in the memo while the same scalar arrays come back."""
+    cached = memo.get("fused-activation")
+    if cached is not None and len(cached[0]) == len(scalars) and all(a is b for a, b in zip(cached[0], scalars)):
+        return cached[1] or then
+    known = _known_activation(ops, scalars)
+    fused = None if known is None else FusedActivation(known[0], known[1], then, known[2])
+    memo["fused-activation"] = (tuple(scalars), fused)
+    return fused or then
+
+
+def _known_activation(ops, scalars) -> tuple[int, tuple, tuple | None] | None:
+    """(code, params, affine) when `ops` (ElementwiseChain form, arg 0 the convolution's result,
+    arg k >= 1 scalar k - 1, arg -1 - i the result of op i) is one activation of the convolution's
+    result (HardSwish, as one op or as HardSigmoid then Mul; Relu; HardSigmoid; LeakyRelu; Clip
+    with constant bounds; or none), then any run of Mul / Add by scalars (PP-OCR's learned affine
+    after HardSwish): affine = (scale, shift), or None when there is no such run."""
+    names = [(op.get("domain") or "", op["op"]) for op in ops]
+    if names[:2] == [("", "HardSigmoid"), ("", "Mul")] and list(ops[0]["args"]) == [0] and \
+            sorted(ops[1]["args"]) == [-1, 0]:
+        attrs = ops[0].get("attrs") or {}
+        code, params, used = jit_conv.HARD_SWISH, (attrs.get("alpha", 0.2), attrs.get("beta", 0.5)), 2
+    else:
+        single = _single_activation(ops[0], scalars) if ops else None
+        code, params, used = (jit_conv.IDENTITY, (0.0, 0.0), 0) if single is None else (*single, 1)
+    affine = _scalar_affine(ops[used:], used, scalars)
+    if affine is None or (used == 0 and affine is False):
+        return None
+    return code, params, affine or None
+
+
+def _single_activation(op, scalars) -> tuple[int, tuple] | None:
+    name, attrs, args = op["op"], op.get("attrs") or {}, list(op["args"])
+    if op.get("domain") or args[:1] != [0]:
+        return None
+    rest = args[1:]
+    if name == "Clip":  # bounds: attributes (opset < 11) or scalar inputs
+        if len(rest) > 2 or any(a is not None and a < 1 for a in rest):
+            return None
+        low, high = [None if a is None else float(scalars[a - 1].reshape(())) for a in (rest + [None, None])[:2]] \
+            if rest else (attrs.get("min"), attrs.get("max"))
+        return jit_conv.CLIP, (-math.inf if low is None else low, math.inf if high is None else high)
+    if rest:
+        return None
+    if name == "HardSigmoid":
+        return jit_conv.HARD_SIGMOID, (attrs.get("alpha", 0.2), attrs.get("beta", 0.5))
+    if name == "LeakyRelu":
+        alpha = attrs.get("alpha", 0.01)
+        return (jit_conv.LEAKY_RELU, (alpha, 0.0)) if 0 <= alpha <= 1 else None
+    return {"Relu": (jit_conv.RELU, (0.0, 0.0)), "HardSwish": (jit_conv.HARD_SWISH, (1 / 6, 0.5))}.get(name)
+
+
+def _scalar_affine(ops, first: int, scalars):
+    """(scale, shift) for ops that each multiply or add the previous result (op first - 1, or the
+    convolution's result when first is 0) by a scalar; False when there are none, None when some
+    op is anything else."""
+    if not ops:
+        return False
+    scale, shift = 1.0, 0.0
+    for index, op in enumerate(ops, start=first):
+        previous = -index if index else 0
+        args = list(op["args"])
+        if op.get("domain") or op["op"] not in ("Mul", "Add") or len(args) != 2 or previous not in args:
+            return None
+        other = args[1] if args[0] == previous else args[0]
+        if other is None or other < 1:
+            return None
+        value = float(scalars[other - 1].reshape(()))
+        scale, shift = (scale * value, shift * value) if op["op"] == "Mul" else (scale, shift + value)
+    return scale, shift
 
 
 def _unfused(inputs, attrs, ctx):
     y = fused_conv(inputs[:4], attrs, ctx)[0]
-    from . import kernel_for  # noqa: PLC0415 - the registry imports this module
+    from . import kernel_for  # here: the registry imports this module
 
     results = []
     for op in attrs["epilogue"]:

@@ -14,6 +14,11 @@ ranges of S through one strided view, so NumPy's matmul runs them all, for a blo
 in one call (one sgemm per tile); the band matrix does (span / kh) times the useful multiplies,
 which BLAS pays for easily against the copies and the per-call costs it saves. Channels go in
 blocks whose S and output stay in cache.
+
+This is the NumPy path: with compiled kernels on, jit_conv.direct computes depthwise convolutions
+directly (one pass per output row, no band waste). Caveat of the band form: its zero band entries
+multiply every input row of a tile, so a NaN or Inf input spreads NaN to outputs of its tile whose
+windows do not read it.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ a handful of whole-tensor NumPy passes whatever the channel count."""
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from .common import arg, ints
