@@ -33,8 +33,8 @@ from ..runtime.executor import Executor
 from ..runtime.kernels import has_kernel
 from ..runtime.model_runner import PagedModelRunner
 from ..target import cpu_fingerprint
+from .batch_invariant import use_batch_invariant_gemms
 from .canonicalize import canonicalize
-from .float64 import use_float64_gemms
 from .mask_check import check_causal_masks
 from .sites import find_sites
 
@@ -49,10 +49,10 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
     started = time.perf_counter()
     if options.precision not in DECODER_PRECISIONS:
         raise BadInput(f"--precision {options.precision}: decoder plans are {' or '.join(DECODER_PRECISIONS)} "
-                       "(w8: int8 weights; activations stay fp32, GEMMs run in float64 for batch invariance)")
+                       "(w8: int8 weights; activations stay fp32)")
     tokenizer = _tokenizer(model_path)
     fingerprint = cpu_fingerprint()
-    key_options = {**options.key_options(), "decoder": 1,
+    key_options = {**options.key_options(), "decoder": 2,
                    "tokenizer": hashlib.sha256(tokenizer).hexdigest() if tokenizer else None}
     cache, components, lookup, report, hit = cache_front(model_path, profile, key_options, fingerprint, options,
                                                           output, started, log)
@@ -69,7 +69,7 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
     check_causal_masks(graph, sites, decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
     decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"]))
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
-    use_float64_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
+    use_batch_invariant_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
     _smoke_run(program, decoder)
     precision = weight_only_int8(program, decoder, tokenizer, log) if options.precision == "w8" else None
     if tokenizer is None:

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..decoder.batch_invariant import WRAPPERS
 from .qdq import weight_per_channel
 
 GEMM_OPS = {("", "MatMul"), ("", "Gemm"), ("com.microsoft", "FusedMatMul"), ("com.microsoft", "FusedGemm")}
@@ -48,7 +49,7 @@ class W8Report:
 
 
 def _gemm_key(step: dict) -> tuple[str, str]:
-    if (step.get("domain"), step["op"]) == ("infc", "Float64"):  # decoder plans wrap GEMMs (decoder/float64.py)
+    if (step.get("domain"), step["op"]) in WRAPPERS:  # decoder plans wrap GEMMs (decoder/batch_invariant.py)
         return step["attrs"].get("inner_domain") or "", step["attrs"]["inner_op"]
     return step.get("domain") or "", step["op"]
 

@@ -11,11 +11,13 @@ from typing import Callable
 from . import (activation, attention, cast, conv, elementwise, gather_scatter, gemm, loss, norm, pool, quant,
                reduce, resize, rnn, shape, signal, tuned_gemm, vision)
 from . import paged_attention
+from . import batch_invariant
 from . import chain
 from . import conv_epilogue
 
 FAMILIES = (elementwise, cast, activation, reduce, shape, gather_scatter, conv, pool, gemm, norm, attention, resize,
-            quant, loss, vision, signal, rnn, tuned_gemm, paged_attention, chain, conv_epilogue)
+            quant, loss, vision, signal, rnn, tuned_gemm, paged_attention, batch_invariant, chain,
+            conv_epilogue)
 
 
 def _merge() -> dict[tuple[str, str], Callable]:

@@ -1,0 +1,42 @@
+"""`infc.BatchInvariant`: a GEMM step of a decoder plan whose result for a row must not depend on how
+many rows the step has (attrs: inner_op, inner_domain, const_inputs, plus the inner op's own).
+
+A float32 MatMul by a 2-D weight runs in float32 through invariant_gemm: the fixed BLAS recipe this
+machine was checked to keep row-invariant, rows padded up to the shape's threshold. Anything else
+(other inner ops, other dtypes, a shape whose probe failed) runs the inner op in float64 and rounds
+back (paged_attention.float64_op), which is invariant whatever the BLAS does, at twice the cost.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..invariant_gemm import min_rows, row_invariant_product
+from .paged_attention import float64_op
+
+
+def _float32_rows(inputs, attrs) -> tuple[np.ndarray, np.ndarray] | None:
+    """(rows [M, K], weight [K, N]) when the step is a float32 MatMul by a 2-D weight."""
+    if (attrs["inner_domain"], attrs["inner_op"]) != ("", "MatMul") or len(inputs) != 2:
+        return None
+    a, w = inputs
+    if a is None or w is None or a.dtype != np.float32 or w.dtype != np.float32 or w.ndim != 2 or a.ndim < 2:
+        return None
+    if a.shape[-1] != w.shape[0] or 0 in a.shape or 0 in w.shape:
+        return None
+    return a.reshape(-1, w.shape[0]), w
+
+
+def batch_invariant(inputs, attrs, ctx):
+    operands = _float32_rows(inputs, attrs)
+    rows_from = None if operands is None else min_rows(operands[1])
+    if rows_from is None:
+        return float64_op(inputs, attrs, ctx)
+    rows, w = operands
+    y = row_invariant_product(rows, w, rows_from)
+    return [y.reshape(*inputs[0].shape[:-1], w.shape[1])]
+
+
+KERNELS = {
+    ("infc", "BatchInvariant"): batch_invariant,
+}
