@@ -15,7 +15,7 @@ from .metrics import StepStats, summarize
 from .sampler import make_generator, sample_batch
 from .scheduler import Scheduler
 from .scheduler_config import SchedulerConfig
-from .step_cost import StepCostModel
+from .step_cost import StepCostModel, attended_positions
 from .sequence import Request, Sequence, Status, request_problem
 from .text import StreamDetokenizer, TextCodec
 
@@ -100,7 +100,8 @@ class Engine:
         logits = self.runner.step(chunks)
         done_s = self.clock()
         if self.step_cost:
-            self.step_cost.observe(sum(num_new for _, num_new in scheduled), done_s - run_s)
+            self.step_cost.observe(sum(num_new for _, num_new in scheduled), done_s - run_s,
+                                   attended_positions([(c.start_pos, len(c.token_ids)) for c in chunks]))
         finished = self._postprocess(scheduled, logits, done_s)
         self.stats.num_steps += 1
         self.stats.schedule_s += run_s - start_s

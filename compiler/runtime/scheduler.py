@@ -36,7 +36,8 @@ class Scheduler:
         self.running: list[Sequence] = []
         self.static_batch: set[Sequence] = set()
         self.num_preemptions = 0
-        self.prefill_cap: Callable[[int], int | None] | None = None  # decodes in the step -> most prefill tokens
+        # (decode context lengths, prefill start) -> most prefill tokens in a step with decodes
+        self.prefill_cap: Callable[[list[int], int], int | None] | None = None
 
     def add(self, seq: Sequence) -> None:
         seq.status = Status.WAITING
@@ -54,7 +55,7 @@ class Scheduler:
         is_capped = False
         for seq in decodes_first:
             if not is_capped and seq.num_uncomputed > 1:
-                budget, is_capped = self._capped(budget, len(scheduled)), True
+                budget, is_capped = self._capped(budget, scheduled, seq.num_computed), True
             num_new = min(seq.num_uncomputed, budget)
             if seq.status is not Status.RUNNING or num_new == 0:
                 continue
@@ -69,7 +70,7 @@ class Scheduler:
                 scheduled[seq] = num_new
                 budget -= num_new
         if self.num_preemptions == num_preemptions:
-            self._admit(scheduled, budget if is_capped else self._capped(budget, len(scheduled)))
+            self._admit(scheduled, budget if is_capped else self._capped(budget, scheduled, 0))
         return list(scheduled.items())
 
     def _keep_free(self) -> int:
@@ -81,9 +82,10 @@ class Scheduler:
         growth = sum(min(lookahead, len(seq.prompt_ids) + seq.params.max_tokens - seq.num_tokens) for seq in self.running)
         return max(int(self.config.watermark * self.blocks.num_blocks), -(-growth // self.blocks.block_size))
 
-    def _capped(self, budget: int, num_decodes: int) -> int:
-        """The token budget left for prefill chunks after `num_decodes` decodes (decode priority)."""
-        cap = self.prefill_cap(num_decodes) if self.prefill_cap else None
+    def _capped(self, budget: int, decodes: dict[Sequence, int], start: int) -> int:
+        """The token budget left for prefill chunks starting at position `start` after the step's
+        `decodes` (decode priority)."""
+        cap = self.prefill_cap([seq.num_computed + 1 for seq in decodes], start) if self.prefill_cap else None
         return budget if cap is None else min(budget, cap)
 
     def _static_batch(self) -> set[Sequence]:

@@ -178,11 +178,14 @@ def test_admission_leaves_room_for_the_running_sequences_to_grow():
 
 def test_prefill_cap_limits_prefill_tokens_only_in_steps_with_decodes():
     scheduler = make_scheduler(max_num_seqs=4, max_num_batched_tokens=64)
-    scheduler.prefill_cap = lambda num_decodes: 5 * num_decodes if num_decodes else None
+    seen = []
+    scheduler.prefill_cap = lambda contexts, start: seen.append((list(contexts), start)) or (5 * len(contexts) if contexts else None)
     add(scheduler, 3, 0)
     assert run_step(scheduler) == {0: 3}
     add(scheduler, 30, 1, first_token=100)
     assert run_step(scheduler) == {0: 1, 1: 5}  # one decode: at most 5 prefill tokens
+    assert seen[-1] == ([4], 0)  # the decode at position 3 attends 4 positions; the prompt starts at 0
     assert run_step(scheduler) == {0: 1, 1: 5}
+    assert seen[-1] == ([5], 5)  # the running prompt's next chunk starts at 5
     scheduler.finish(scheduler.running[0], "stop")
     assert run_step(scheduler) == {1: 20}  # no decodes left: the whole budget
