@@ -119,7 +119,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     precision = reduce_precision(model, optimized.model, profile, options.precision, options.precision_settings, log)
     graph = import_graph(precision.model)
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
-    precision_meta = precision.finish(program)
+    precision_meta = precision.finish(program, log)
     rows = _table_rows(program)
     shapes_by_level = {}
     for level in ("min", "opt", "max"):

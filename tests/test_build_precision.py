@@ -60,6 +60,20 @@ def test_low_precision_plan_runs_within_tolerance(tmp_path, name, profile, preci
     stored = meta["precision"]
     assert stored == report["precision"] and stored["repair"]["is_within_tolerance"]
     assert all(o["q_rel"] <= TOLERANCE and o["max_rel"] <= TOLERANCE for o in stored["accuracy"]["outputs"])
+    assert stored["accuracy"]["within_tolerance"]
+
+
+def test_a_plan_over_its_budget_says_so(tmp_path):
+    """A budget no bf16 plan can meet: the repair gives up, and the build warns that the plan's own
+    error exceeds it instead of reporting only the repair's success or failure."""
+    lines = []
+    out = tmp_path / "cnn_bf16.bin"
+    report = build(str(FIXTURES / "cnn_ts.onnx"), str(PROFILES / "cnn.yaml"), str(out),
+                   BuildOptions(precision="bf16", use_cache=False, show_progress=False,
+                                precision_settings=PrecisionSettings(tolerance=1e-9)), log=lines.append)
+    accuracy = report["precision"]["accuracy"]
+    assert accuracy["within_tolerance"] is False
+    assert any(line.startswith("warning: the bf16 plan's q_rel error") for line in lines), lines
 
 
 def test_overflow_fixture_is_repaired_at_build(tmp_path):
