@@ -7,6 +7,8 @@ pools belong to the model runner), slot_mapping [T], block_tables [num_seqs, max
 query_start_loc [num_seqs + 1], context_lens [num_seqs] (tokens in the cache after this step).
 Each sequence's query rows attend causally to its cached context and its own new tokens. Work is
 per sequence and in float64, so a row's result does not depend on what else is in the batch.
+Float32 plans take a compiled path that reads the pools in place (jit_paged_attention.py); the
+NumPy path below gathers the blocks and serves the rest and `jit.disabled()`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .common import KernelContext
+from .jit_paged_attention import attend
 
 
 def _write_kv(pool: np.ndarray, new_BNTH: np.ndarray, slots: np.ndarray) -> None:
@@ -45,9 +48,18 @@ def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray, sc
 def paged_attention(inputs, attrs, ctx):
     q, k_new, v_new, k_pool, v_pool, slots, tables, starts, context_lens = inputs
     heads, kv_heads, scale = attrs["num_heads"], attrs["kv_num_heads"], attrs["scale"]
-    head_dim, group = k_pool.shape[-1], heads // kv_heads
     _write_kv(k_pool, k_new, slots)
     _write_kv(v_pool, v_new, slots)
+    # float32 plans: one compiled pass over the pools (jit_paged_attention.py) when numba is there
+    out = attend(q, k_pool, v_pool, tables, starts, context_lens, heads, scale) if k_pool.shape[1] == kv_heads else None
+    if out is None:
+        out = _attend_numpy(q, k_pool, v_pool, tables, starts, context_lens, heads, kv_heads, scale)
+    return [out.reshape(q.shape)]
+
+
+def _attend_numpy(q, k_pool, v_pool, tables, starts, context_lens, heads: int, kv_heads: int, scale: float) -> np.ndarray:
+    """[T, N * H] float32: each sequence's rows over its gathered float64 context."""
+    head_dim, group = k_pool.shape[-1], heads // kv_heads
     q_TNH = q.reshape(-1, heads, head_dim).astype(np.float64)
     out = np.empty((q_TNH.shape[0], heads * head_dim), np.float32)
     num_new = np.diff(starts)
@@ -71,7 +83,7 @@ def paged_attention(inputs, attrs, ctx):
         allowed = np.arange(length)[None, :] <= positions[:, None]  # [S, L]
         y = _attend(q_s.reshape(kv_heads, group * count, head_dim), k, v, np.tile(allowed, (group, 1)), scale)
         out[begin:begin + count] = y.reshape(kv_heads, group, count, head_dim).transpose(2, 0, 1, 3).reshape(count, -1)
-    return [out.reshape(q.shape)]
+    return out
 
 
 def float64_op(inputs, attrs, ctx):

@@ -1,0 +1,234 @@
+"""Compiled infc.PagedAttention (kernels/jit_paged_attention.py) against its NumPy path
+(`jit.disabled()`, float64 over gathered blocks) and a dense float64 reference, on random pools with
+scattered block tables: decode rows and prefill chunks mixed, odd block sizes and head sizes, one and
+several query heads per KV head, NaN, scores wide enough for exp to underflow. A row's result must be
+bitwise the same alone, in a bigger batch, and with its prompt cut into other chunks (decoder plans
+rely on batch and chunk invariance)."""
+
+import numpy as np
+import pytest
+from infc.compiler.runtime import jit
+from infc.compiler.runtime.kernels import jit_paged_attention, kernel_for
+from infc.compiler.runtime.kernels.common import KernelContext
+
+needs_jit = pytest.mark.skipif(not jit.enabled(), reason="numba is not installed (INFC_JIT=0 or missing)")
+
+
+class Cache:
+    """Pools of one layer and the sequences cached in them: every sequence's K/V and q for all of its
+    positions are drawn up front, so any cut of it into steps sees the same numbers."""
+
+    def __init__(self, rng, heads, kv_heads, head_dim, block_size, num_blocks=256, stale_nan=False):
+        self.rng, self.heads, self.kv_heads, self.head_dim = rng, heads, kv_heads, head_dim
+        self.block_size = block_size
+        # where no sequence has written: stale numbers (the NumPy path multiplies the masked ones
+        # by 0, so they must be finite there), or NaN, which shows any read past a context
+        shape, stale = (num_blocks, kv_heads, block_size, head_dim), np.random.default_rng(99)
+        self.k_pool = np.full(shape, np.nan, np.float32) if stale_nan else stale.standard_normal(shape).astype(np.float32)
+        self.v_pool = np.full(shape, np.nan, np.float32) if stale_nan else stale.standard_normal(shape).astype(np.float32)
+        self.free = list(rng.permutation(num_blocks))
+        self.seqs = []
+
+    def add(self, length, q_scale=1.0):
+        blocks = [self.free.pop() for _ in range(-(-length // self.block_size))]
+        k = self.rng.standard_normal((self.kv_heads, length, self.head_dim)).astype(np.float32)
+        v = self.rng.standard_normal((self.kv_heads, length, self.head_dim)).astype(np.float32)
+        q = (self.rng.standard_normal((length, self.heads * self.head_dim)) * q_scale).astype(np.float32)
+        self.seqs.append({"blocks": blocks, "k": k, "v": v, "q": q})
+        return len(self.seqs) - 1
+
+    def fill(self, seq, count):
+        """Writes the first `count` positions of `seq` into the pools (its cached context)."""
+        s = self.seqs[seq]
+        for pos in range(count):
+            block, offset = s["blocks"][pos // self.block_size], pos % self.block_size
+            self.k_pool[block, :, offset] = s["k"][:, pos]
+            self.v_pool[block, :, offset] = s["v"][:, pos]
+
+    def step(self, chunks, scale=0.125, meta_dtype=np.int32):
+        """Runs PagedAttention on chunks (seq, first position, number of new positions); returns each
+        chunk's output rows [count, N * H]. The new K/V land in the pools as the runner's step does."""
+        total = sum(count for _, _, count in chunks)
+        q = np.concatenate([self.seqs[s]["q"][p:p + n] for s, p, n in chunks])[None]
+        k_new = np.concatenate([self.seqs[s]["k"][:, p:p + n] for s, p, n in chunks], axis=1)[None]
+        v_new = np.concatenate([self.seqs[s]["v"][:, p:p + n] for s, p, n in chunks], axis=1)[None]
+        width = max(len(self.seqs[s]["blocks"]) for s, _, _ in chunks) + 2
+        tables = np.zeros((len(chunks), width), meta_dtype)
+        slots = []
+        for i, (s, p, n) in enumerate(chunks):
+            blocks = self.seqs[s]["blocks"]
+            tables[i, :len(blocks)] = blocks
+            slots += [blocks[pos // self.block_size] * self.block_size + pos % self.block_size for pos in range(p, p + n)]
+        starts = np.concatenate([[0], np.cumsum([n for _, _, n in chunks])]).astype(meta_dtype)
+        context_lens = np.array([p + n for _, p, n in chunks], meta_dtype)
+        attrs = {"num_heads": self.heads, "kv_num_heads": self.kv_heads, "scale": scale, "layer": 0}
+        inputs = [q, k_new, v_new, self.k_pool, self.v_pool, np.array(slots, np.int64).reshape(total),
+                  tables, starts, context_lens]
+        (y,) = kernel_for("infc", "PagedAttention")(inputs, attrs, KernelContext(17))
+        assert y.shape == q.shape and y.dtype == np.float32
+        return [y[0, starts[i]:starts[i + 1]] for i in range(len(chunks))]
+
+    def reference(self, seq, first, count, scale=0.125):
+        """Dense float64 attention of positions [first, first + count) over the sequence's prefix."""
+        s = self.seqs[seq]
+        group, length = self.heads // self.kv_heads, first + count
+        q = s["q"][first:length].reshape(count, self.heads, self.head_dim).astype(np.float64)
+        k = np.repeat(s["k"][:, :length].astype(np.float64), group, axis=0)
+        v = np.repeat(s["v"][:, :length].astype(np.float64), group, axis=0)
+        scores = np.einsum("snh,nlh->nsl", q, k) * scale
+        scores = np.where(np.arange(length)[None, :] <= np.arange(first, length)[:, None], scores, -np.inf)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        return np.einsum("nsl,nlh->snh", probs, v).reshape(count, -1)
+
+
+def both_paths(make_cache, chunks, scale=0.125, meta_dtype=np.int32):
+    """(compiled outputs, NumPy outputs, compiled pools, NumPy pools) of one step on two equal caches."""
+    compiled, numpy_path = make_cache(), make_cache()
+    y = compiled.step(chunks, scale, meta_dtype)
+    with jit.disabled():
+        y_numpy = numpy_path.step(chunks, scale, meta_dtype)
+    return y, y_numpy, compiled, numpy_path
+
+
+def mixed_cache(heads, kv_heads, head_dim, block_size, seed=0, stale_nan=False):
+    """A cache with sequences for a mixed step, and that step: a whole prompt, a chunk after
+    cached context, decode rows (one right at a block boundary), a context all new but one."""
+    cache = Cache(np.random.default_rng(seed), heads, kv_heads, head_dim, block_size, stale_nan=stale_nan)
+    chunks = []
+    for cached, new in [(0, 23), (9, 7), (40, 1), (block_size * 3 - 1, 1), (block_size * 2, 1), (1, 18), (0, 1)]:
+        seq = cache.add(cached + new)
+        cache.fill(seq, cached)
+        chunks.append((seq, cached, new))
+    return cache, chunks
+
+
+@needs_jit
+@pytest.mark.parametrize("heads, kv_heads, head_dim, block_size", [
+    (9, 3, 64, 16), (4, 4, 32, 16), (6, 2, 33, 5), (3, 1, 7, 1), (8, 2, 16, 3)])
+def test_compiled_matches_numpy_path_and_dense_reference(heads, kv_heads, head_dim, block_size):
+    def make():
+        return mixed_cache(heads, kv_heads, head_dim, block_size)[0]
+
+    chunks = mixed_cache(heads, kv_heads, head_dim, block_size)[1]
+    y, y_numpy, compiled, numpy_path = both_paths(make, chunks)
+    assert np.array_equal(compiled.k_pool, numpy_path.k_pool) and np.array_equal(compiled.v_pool, numpy_path.v_pool)
+    stale_nan, _ = mixed_cache(heads, kv_heads, head_dim, block_size, stale_nan=True)
+    for got, alone in zip(y, stale_nan.step(chunks)):  # nothing outside the contexts was read
+        assert np.array_equal(got, alone)
+    for (seq, first, count), got, want in zip(chunks, y, y_numpy):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7, err_msg=f"sequence {seq} vs the NumPy path")
+        np.testing.assert_allclose(got, compiled.reference(seq, first, count), rtol=1e-5, atol=1e-6,
+                                   err_msg=f"sequence {seq} vs the dense reference")
+
+
+@needs_jit
+@pytest.mark.parametrize("meta_dtype", [np.int32, np.int64])
+def test_wide_scores_underflow_like_numpy(meta_dtype):
+    """Scores tens apart: most exp terms underflow, the row is one or two keys (the polynomial exp
+    against NumPy's), with the step's indexes as int32 or int64."""
+    def make():
+        cache = Cache(np.random.default_rng(3), 4, 2, 24, 8)
+        for length in (50, 31, 64):
+            cache.add(length, q_scale=40.0)
+        for seq, cached in enumerate((49, 0, 20)):
+            cache.fill(seq, cached)
+        return cache
+
+    chunks = [(0, 49, 1), (1, 0, 31), (2, 20, 44)]
+    y, y_numpy, compiled, _ = both_paths(make, chunks, scale=0.5, meta_dtype=meta_dtype)
+    for (seq, first, count), got, want in zip(chunks, y, y_numpy):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(got, compiled.reference(seq, first, count, 0.5), rtol=1e-5, atol=1e-6)
+
+
+@needs_jit
+def test_nan_reaches_the_rows_that_see_it_as_in_numpy():
+    def make():
+        cache = mixed_cache(6, 2, 16, 4, seed=4)[0]
+        cache.seqs[0]["k"][1, 10, 3] = np.nan  # prompt position 10, second KV head
+        cache.seqs[2]["v"][0, 5, 0] = np.nan  # in the cached context of a decode row
+        cache.fill(2, 40)
+        return cache
+
+    chunks = mixed_cache(6, 2, 16, 4, seed=4)[1]
+    y, y_numpy, _, _ = both_paths(make, chunks)
+    for got, want in zip(y, y_numpy):
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    # K's NaN: all of heads 3-5 (KV head 1) from position 10 on; V's NaN: feature 0 of heads 0-2
+    assert np.isnan(y[0][10:, 48:]).all() and np.isnan(y[0]).sum() == 13 * 48
+    assert np.isnan(y[2][0, [0, 16, 32]]).all() and np.isnan(y[2]).sum() == 3
+
+
+@needs_jit
+@pytest.mark.parametrize("heads, kv_heads, head_dim, block_size", [(9, 3, 64, 16), (6, 2, 33, 5), (2, 2, 8, 1)])
+def test_rows_do_not_depend_on_the_batch_or_the_chunking(heads, kv_heads, head_dim, block_size):
+    """A prompt of 61 positions run whole, in chunks of 3, 5, 16, ..., one position at a time, and
+    among other sequences of a bigger (and parallel) step: every row bitwise the same."""
+    length, cuts = 61, [3, 5, 16, 1, 2, 34]
+
+    def fresh():
+        cache = Cache(np.random.default_rng(7), heads, kv_heads, head_dim, block_size, num_blocks=600, stale_nan=True)
+        cache.add(length)
+        for other in (150, 33, 7, 90, 120):  # company for the batched step
+            cache.fill(cache.add(other), other - 1)
+        return cache
+
+    whole = fresh().step([(0, 0, length)])[0]
+    cache, rows, start = fresh(), [], 0
+    for count in cuts:
+        rows.append(cache.step([(0, start, count)])[0])
+        start += count
+    chunked = np.concatenate(rows)
+    cache, rows = fresh(), []
+    for pos in range(length):
+        rows.append(cache.step([(0, pos, 1)])[0])
+    single = np.concatenate(rows)
+    cache = fresh()
+    batched = cache.step([(1, 149, 1), (2, 32, 1), (0, 0, 29), (3, 6, 1), (4, 89, 1)])[2]
+    batched = np.concatenate([batched, cache.step([(5, 119, 1), (0, 29, 32), (1, 150 - 1, 1)])[1]])
+    assert np.array_equal(whole, chunked), "chunked prefill differs from the whole prompt"
+    assert np.array_equal(whole, single), "one position per step differs from the whole prompt"
+    assert np.array_equal(whole, batched), "rows in a batch differ from the prompt alone"
+    np.testing.assert_allclose(whole, fresh().reference(0, 0, length), rtol=1e-5, atol=1e-6)
+
+
+@needs_jit
+def test_large_decode_step_split_across_threads_matches_rows_alone():
+    """Enough context to share the step with the helper thread; each row equals its step alone."""
+    cache = Cache(np.random.default_rng(11), 9, 3, 64, 16, num_blocks=800)
+    seqs = [cache.add(length) for length in np.random.default_rng(12).integers(100, 300, 24)]
+    for seq in seqs:
+        cache.fill(seq, len(cache.seqs[seq]["q"]) - 1)
+    chunks = [(seq, len(cache.seqs[seq]["q"]) - 1, 1) for seq in seqs]
+    together = cache.step(chunks)
+    for chunk, got in zip(chunks, together):
+        assert np.array_equal(got, cache.step([chunk])[0])
+    with jit.disabled():
+        numpy_path = cache.step(chunks)
+    np.testing.assert_allclose(np.concatenate(together), np.concatenate(numpy_path), rtol=1e-6, atol=1e-7)
+
+
+def test_block_outside_the_pool_is_the_numpy_paths_error():
+    cache = Cache(np.random.default_rng(5), 2, 1, 8, 4, num_blocks=8)
+    seq = cache.add(12)
+    cache.fill(seq, 8)
+    cache.seqs[seq]["blocks"][1] = 8  # the cached context's second block is not in the pool
+    cache.seqs[seq]["blocks"][2] = 0
+    with pytest.raises(IndexError):
+        cache.step([(seq, 8, 4)])
+
+
+def test_malformed_steps_are_left_to_the_numpy_path():
+    attend = jit_paged_attention.attend
+    pool = np.zeros((4, 1, 4, 8), np.float32)
+    q = np.zeros((1, 3, 16), np.float32)
+    tables = np.zeros((1, 2), np.int32)
+    starts = np.array([0, 3], np.int32)
+    assert attend(q, pool, pool, tables, starts, np.array([2], np.int32), 2, 1.0) is None  # 3 rows, context 2
+    assert attend(q, pool, pool, tables, starts, np.array([9], np.int32), 2, 1.0) is None  # table covers 8
+    assert attend(q, pool, pool, tables, np.array([0, 4], np.int32), np.array([4], np.int32), 2, 1.0) is None
+    assert attend(q.astype(np.float64), pool, pool, tables, starts, np.array([3], np.int32), 2, 1.0) is None
+    if jit.enabled():
+        assert attend(q, pool, pool, tables, starts, np.array([3], np.int32), 2, 1.0) is not None
