@@ -72,6 +72,9 @@ def _attend_numpy(q, k_pool, v_pool, tables, starts, context_lens, heads: int, k
         rows = starts[decode]
         q_d = q_TNH[rows].reshape(len(rows), kv_heads, group, head_dim)
         allowed = (np.arange(length) < context_lens[decode, None])[:, None, None, :]
+        # slots past a row's context hold other sequences' values (maybe inf): a zero weight times
+        # inf would still poison the row, so they are zeroed, not only masked
+        v = np.where(allowed.reshape(len(rows), 1, length, 1), v, 0.0)
         y = _attend(q_d, k, v, allowed, scale)
         out[rows] = y.reshape(len(rows), heads * head_dim)
     for seq in np.flatnonzero(num_new > 1):
