@@ -20,6 +20,8 @@ from .sequence import Request, Sequence, Status, request_problem
 from .text import StreamDetokenizer, TextCodec
 
 KV_MEMORY_FRACTION = 0.4  # of the free memory, when the pool size is not given
+# decode priority never takes a long prompt below this many tokens a step: it always progresses
+MIN_PREFILL_CAP = 4
 
 
 @dataclass(frozen=True)
@@ -51,9 +53,11 @@ class Engine:
         self.config = config
         num_blocks = pool_size(runner, config)
         runner.allocate_kv(num_blocks)
+        if hasattr(runner, "warm_up"):  # one-time costs before the first request's clock and the step-cost fit
+            runner.warm_up()
         self.blocks = BlockManager(num_blocks, self.spec.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(config.scheduler, self.blocks)
-        self.step_cost = StepCostModel(config.itl_factor, config.cold_prefill_cap, self.spec.block_size) \
+        self.step_cost = StepCostModel(config.itl_factor, config.cold_prefill_cap, MIN_PREFILL_CAP) \
             if config.itl_factor else None
         if self.step_cost:
             self.scheduler.prefill_cap = self.step_cost.prefill_cap

@@ -46,6 +46,19 @@ class PagedModelRunner:
         self._pools = {f"infc.kv.{layer}.{which}": np.zeros(shape, np.float32)
                        for layer in range(s.num_layers) for which in ("key", "value")}
 
+    def warm_up(self) -> None:
+        """One small prefill + decode step on the first blocks, which it leaves zeroed. A process's
+        first step probes each GEMM shape's row invariance (runtime/invariant_gemm.py) and loads
+        the compiled kernels: seconds that would otherwise land on the first requests' latency
+        and on the step-cost fit of decode priority."""
+        pool = next(iter(self._pools.values()), None)
+        if pool is None:
+            raise BadInput("warm_up before allocate_kv: the KV block pool is not allocated")
+        second = min(1, pool.shape[0] - 1)
+        self.step([SeqChunk(0, [0, 0], 0, [0], True), SeqChunk(1, [0], 1, [second], True)])
+        for pool in self._pools.values():
+            pool[:second + 1] = 0
+
     def step(self, chunks: Sequence[SeqChunk]) -> np.ndarray:
         if not chunks:
             return np.zeros((0, self.spec.vocab_size), np.float32)

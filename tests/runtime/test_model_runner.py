@@ -78,3 +78,11 @@ def _decoder_meta(runner) -> dict:
     return {"num_layers": s.num_layers, "num_heads": s.num_heads, "num_kv_heads": s.num_kv_heads, "head_dim": s.head_dim,
             "vocab_size": s.vocab_size, "max_model_len": s.max_model_len, "block_size": s.block_size,
             "logits": runner.logits_name, "gathers_logits": runner.gathers_logits}
+
+
+def test_warm_up_leaves_the_pool_zeroed_and_changes_no_result(runner):
+    chunks = [SeqChunk(0, [3, 1, 4, 1, 5], 0, [2], True)]
+    before = runner.step(chunks)
+    runner.warm_up()
+    assert all(not pool[:2].any() for pool in runner._pools.values())  # the blocks it used are zeroed again
+    assert np.array_equal(runner.step(chunks), before)
