@@ -207,7 +207,8 @@ def hf_generate(path: str, requests, clock, batch_size=8):
 def markdown(results) -> str:
     lines = [f"# Decode loop benchmark ({results['date']})", "",
              f"Command: `{results['command']}` on {results['machine']}; runner: {results['runner']}; times are "
-             + {"cpu": "this process's CPU time (one BLAS thread).", "wall": "wall-clock time.",
+             + {"cpu": "this process's CPU time, all its threads (BLAS on one, large GEMMs shared with a helper).",
+                "wall": "wall-clock time.",
                 "virtual": "the process's CPU time plus the fake runner's modelled step cost "
                            f"({FAKE_COST.per_step_s * 1e3:g} ms a step, {FAKE_COST.per_token_s * 1e3:g} ms a token, "
                            f"{FAKE_COST.per_context_token_s * 1e6:g} us a token of context)."}[results["clock"]], ""]
