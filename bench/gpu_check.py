@@ -482,7 +482,10 @@ def time_decode(dev: Device, kernels: dict, variants, M: int, N: int, K: int, co
         if v.name in kernels:
             pq = [pack_skinny(q, v.params["NW"], "int8", xp=cp) for _ in range(rotations(N * K))]
             k = kernels[v.name]
-            int8[v.name] = dev.bench(lambda i: k(acts[i % num_rot], pq[i], out, M, N, K, scale=scale), len(pq))
+            for splits in split_candidates(k.launch_for(M, N, K).num_splits):  # as for bf16 above
+                timing = dev.bench(lambda i: k(acts[i % num_rot], pq[i], out, M, N, K, scale=scale, num_splits=splits),
+                                   len(pq))
+                int8[f"{v.name}/s{k.launch_for(M, N, K, splits).num_splits}"] = timing
     best_cublas = min((t for t in cublas.values() if t), default=None)
     pct_of_copy = (lambda nbytes, t: 100 * nbytes / t / (copy_tb_s * 1e12) if copy_tb_s else None)
     if record["ours_all"]:

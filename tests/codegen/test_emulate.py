@@ -31,6 +31,8 @@ CASES = [
     ("skinny_bf16_4x1x8x4_bias_relu", 1, 40, 96, {"num_splits": 2}),
     ("skinny_int8_bf16_4x1x8x4_bias", 3, 72, 700, {}),
     ("skinny_int8_f16_4x4x4x2_bias_swiglu_res_tof32", 64, 64, 1024, {"num_splits": 2}),
+    ("skinny_int8_bf16_2x1x4x16_plain", 2, 40, 2200, {"num_splits": 2}),     # deep KU: a tail inside the unrolled steps
+    ("skinny_int8_f16_4x1x4x8_bias_swiglu_res_tof32", 16, 70, 1500, {}),
 ]
 
 
