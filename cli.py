@@ -330,6 +330,7 @@ def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, worklo
 
 def _run_decoder(plan, outputs_path, seed, as_json, batching, max_num_seqs, itl_factor, **request_options):
     from .compiler.runtime.engine import Engine, EngineConfig
+    from .compiler.runtime.invariant_gemm import gemm_invariance_report
     from .compiler.runtime.metrics import LiveDisplay, request_record
     from .compiler.runtime.scheduler_config import SchedulerConfig
     from .compiler.runtime.text import TextCodec
@@ -355,7 +356,8 @@ def _run_decoder(plan, outputs_path, seed, as_json, batching, max_num_seqs, itl_
     if outputs_path:
         _write_text_atomic(outputs_path, "".join(json.dumps(request_record(i, s)) + "\n" for i, s in enumerate(seqs)))
     summary = {"plan": str(plan), "batching": batching, "max_num_seqs": max_num_seqs,
-               "num_kv_blocks": engine.blocks.num_blocks, **engine.summary(seqs)}
+               "num_kv_blocks": engine.blocks.num_blocks, **engine.summary(seqs),
+               "batch_invariant_gemms": gemm_invariance_report()}
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     elif not is_streaming:

@@ -111,6 +111,12 @@ def verified_shapes() -> dict[tuple[int, int], int | None]:
     return {key[0]: value for key, value in _MIN_ROWS.items()}
 
 
+def gemm_invariance_report() -> dict[str, str]:
+    """For `infc run --json`: each weight shape probed so far, "KxN", and how it runs."""
+    return {f"{k}x{n}": (f"float32, from {rows} rows" if rows else "float64 (the probe found no usable threshold)")
+            for (k, n), rows in sorted(verified_shapes().items())}
+
+
 def row_invariant_product(a: np.ndarray, w: np.ndarray, rows_from: int) -> np.ndarray:
     """a [M, K] @ w [K, N] in float32 by the fixed recipe, M padded up to `rows_from` (min_rows)."""
     m = a.shape[0]

@@ -226,6 +226,7 @@ def test_cli_synthetic_workload_json(decoder_cli, tmp_path):
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["requests"] == 6 and summary["output_tokens"] == 30 and summary["max_num_seqs"] == 4
+    assert isinstance(summary["batch_invariant_gemms"], dict)  # the fake runner has no GEMMs to report
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [len(r["output_ids"]) for r in records] == [5] * 6
 

@@ -9,6 +9,7 @@ from infc.compiler.build import BuildOptions, build
 from infc.compiler.errors import BadInput
 from infc.compiler.plan.format import write_plan
 from infc.compiler.runtime.decode_api import SeqChunk
+from infc.compiler.runtime.invariant_gemm import gemm_invariance_report
 from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.target import cpu_fingerprint
 from infc.compiler.testing import FIXTURES
@@ -86,3 +87,9 @@ def test_warm_up_leaves_the_pool_zeroed_and_changes_no_result(runner):
     runner.warm_up()
     assert all(not pool[:2].any() for pool in runner._pools.values())  # the blocks it used are zeroed again
     assert np.array_equal(runner.step(chunks), before)
+    # every GEMM weight shape was probed, and `infc run --json` says how each one runs
+    report = gemm_invariance_report()
+    gemm_shapes = {f"{w.shape[0]}x{w.shape[1]}" for step in runner.executor._steps if step.key == ("infc", "BatchInvariant")
+                   for w in [runner.executor._weights.get(step.inputs[1])] if w is not None and w.ndim == 2}
+    assert gemm_shapes and gemm_shapes <= set(report)
+    assert all(report[shape].startswith(("float32, from", "float64")) for shape in gemm_shapes)
