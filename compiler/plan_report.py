@@ -31,7 +31,26 @@ def plan_report(path: str) -> dict:
         "fallback_ops": meta.get("fallback_ops", []), "islands": islands,
         "gpu_host_ops": (meta.get("cuda") or {}).get("host_ops"),  # cuda plans: ops run on the CPU with copies
         "precision": meta.get("precision") or {"precision": (meta.get("options") or {}).get("precision", "fp32")},
+        "decoder": _decoder_summary(meta),
     }
+
+
+DECODER_FIELDS = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "max_model_len", "block_size",
+                  "eos_token_ids")
+# How a decoder plan's GEMMs keep a request's tokens independent of its batch (runtime/invariant_gemm.py)
+GEMM_INVARIANCE = ("float32 through a BLAS recipe checked row-invariant per weight shape when the plan first runs "
+                   "(float64 where the check fails; `infc run --json` lists the verdicts)")
+
+
+def _decoder_summary(meta: dict) -> dict | None:
+    decoder = meta.get("decoder")
+    if meta.get("kind") != "decoder" or not decoder:
+        return None
+    gemms = sum(1 for s in meta["program"] if (s.get("domain"), s["op"]) == ("infc", "BatchInvariant"))
+    legacy = sum(1 for s in meta["program"] if (s.get("domain"), s["op"]) == ("infc", "Float64"))
+    return {**{k: decoder.get(k) for k in DECODER_FIELDS}, "chat_template": bool(decoder.get("chat_template")),
+            "batch_invariant_gemms": gemms, "float64_gemms": legacy,
+            "gemm_invariance": GEMM_INVARIANCE if gemms else "float64 (a plan built before float32 GEMMs)"}
 
 
 def _nbytes(info: dict) -> int:
@@ -67,6 +86,12 @@ def print_plan_report(report: dict, console: Console) -> None:
                       f"activations ({100 * memory['arena_fraction']:.0f}%), planned for {memory['planned_for']}; "
                       f"weights {report['weights_bytes'] / 1e6:.2f} MB")
     console.print("kernels: " + ", ".join(f"{k} x{n}" for k, n in report["kernels"].items()))
+    decoder = report.get("decoder")
+    if decoder:
+        console.print(f"decoder: {decoder['num_layers']} layers, {decoder['num_heads']} heads ({decoder['num_kv_heads']} KV), "
+                      f"head dim {decoder['head_dim']}, vocab {decoder['vocab_size']}, context {decoder['max_model_len']}, "
+                      f"KV blocks of {decoder['block_size']} tokens, chat template: {'yes' if decoder['chat_template'] else 'no'}; "
+                      f"{decoder['batch_invariant_gemms'] + decoder['float64_gemms']} GEMMs in {decoder['gemm_invariance']}")
     if report["tuning"]:
         console.print(_tuning_table(report["tuning"]))
     if report.get("gpu_host_ops"):

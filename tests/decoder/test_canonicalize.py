@@ -14,6 +14,7 @@ from infc.compiler.errors import BadInput
 from infc.compiler.graph import import_graph
 from infc.compiler.optimize import optimize_model
 from infc.compiler.plan.format import read_plan
+from infc.compiler.plan_report import plan_report
 from infc.compiler.testing import FIXTURES
 
 from .conftest import DECODERS, PROFILES, build_plan, ort_greedy, prompts, runner_greedy
@@ -65,6 +66,10 @@ def test_plan_records_the_model_spec(decoder_plans):
     assert meta["profile"]["decode"]["max_num_batched_tokens"] == 256
     assert {s["op"] for s in meta["program"]} >= {"BatchInvariant", "PagedAttention"}
     assert not {"MatMul", "Gemm"} & {s["op"] for s in meta["program"]}
+    report = plan_report(decoder_plans["llama_ts"])["decoder"]  # what `infc inspect PLAN` says
+    assert report["num_layers"] == 2 and report["float64_gemms"] == 0
+    assert report["batch_invariant_gemms"] == sum(s["op"] == "BatchInvariant" for s in meta["program"])
+    assert report["gemm_invariance"].startswith("float32 through a BLAS recipe")
 
 
 def _build(tmp_path: Path, model: str, profile: Path):
