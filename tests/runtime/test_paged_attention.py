@@ -1,5 +1,5 @@
 """infc.PagedAttention against a dense float64 reference over each sequence's whole context (cached
-blocks in scattered pool order, chunks and decode tokens mixed), and the infc.Float64 GEMM wrapper."""
+blocks in scattered pool order, chunks and decode tokens mixed), and the infc.Float64 GEMM wrapper (kernels/batch_invariant.py)."""
 
 import numpy as np
 import pytest

@@ -1,10 +1,11 @@
 """`infc.BatchInvariant`: a GEMM step of a decoder plan whose result for a row must not depend on how
-many rows the step has (attrs: inner_op, inner_domain, const_inputs, plus the inner op's own).
+many rows the step has (attrs: inner_op, inner_domain, const_inputs, plus the inner op's own), and
+`infc.Float64`, the same step always in float64 (what plans built before float32 GEMMs hold).
 
 A float32 MatMul by a 2-D weight runs in float32 through invariant_gemm: the fixed BLAS recipe this
 machine was checked to keep row-invariant, rows padded up to the shape's threshold. Anything else
 (other inner ops, other dtypes, a shape whose probe failed) runs the inner op in float64 and rounds
-back (paged_attention.float64_op), which is invariant whatever the BLAS does, at twice the cost.
+back (`float64_op`), which is invariant whatever the BLAS does, at twice the cost.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..invariant_gemm import min_rows, row_invariant_product
-from .paged_attention import float64_op
+from .common import KernelContext
 
 
 def _float32_rows(inputs, attrs) -> tuple[np.ndarray, np.ndarray] | None:
@@ -27,6 +28,30 @@ def _float32_rows(inputs, attrs) -> tuple[np.ndarray, np.ndarray] | None:
     return a.reshape(-1, w.shape[0]), w
 
 
+def float64_op(inputs, attrs, ctx):
+    """attrs: inner_op, inner_domain, const_inputs (indexes of weights: cast once, kept in the memo)."""
+    inner = ctx.memo.get("kernel")
+    if inner is None:
+        from . import kernel_for  # the registry imports this module
+
+        inner = ctx.memo["kernel"] = kernel_for(attrs["inner_domain"], attrs["inner_op"])
+    cast = []
+    for index, x in enumerate(inputs):
+        if x is None or x.dtype != np.float32:
+            cast.append(x)
+        elif index in attrs["const_inputs"]:
+            cached = ctx.memo.get(index)
+            if cached is None or cached[0] is not x:
+                cached = ctx.memo[index] = (x, x.astype(np.float64))
+            cast.append(cached[1])
+        else:
+            cast.append(x.astype(np.float64))
+    inner_attrs = {k: v for k, v in attrs.items() if k not in ("inner_op", "inner_domain", "const_inputs")}
+    inner_ctx = ctx.memo.setdefault("ctx", KernelContext(ctx.opset))  # no (float32) output buffers
+    results = inner(cast, inner_attrs, inner_ctx)
+    return [r.astype(np.float32) if r is not None and r.dtype == np.float64 else r for r in results]
+
+
 def batch_invariant(inputs, attrs, ctx):
     operands = _float32_rows(inputs, attrs)
     rows_from = None if operands is None else min_rows(operands[1])
@@ -39,4 +64,5 @@ def batch_invariant(inputs, attrs, ctx):
 
 KERNELS = {
     ("infc", "BatchInvariant"): batch_invariant,
+    ("infc", "Float64"): float64_op,
 }

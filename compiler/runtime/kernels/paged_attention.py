@@ -1,5 +1,4 @@
-"""`infc.PagedAttention` (attention over the paged KV cache) and `infc.Float64` (an op run in
-float64 and rounded back: batch-invariant GEMMs, since BLAS fp32 results depend on M).
+"""`infc.PagedAttention`: attention over the paged KV cache.
 
 PagedAttention inputs: q [1, T, N*H], k_new and v_new [1, kvN, T, H], the layer's K and V pools
 [num_blocks, kvN, block_size, H] (written in place: the one kernel that writes into its inputs, the
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .common import KernelContext
 from .jit_paged_attention import attend
 
 
@@ -89,31 +87,6 @@ def _attend_numpy(q, k_pool, v_pool, tables, starts, context_lens, heads: int, k
     return out
 
 
-def float64_op(inputs, attrs, ctx):
-    """attrs: inner_op, inner_domain, const_inputs (indexes of weights: cast once, kept in the memo)."""
-    inner = ctx.memo.get("kernel")
-    if inner is None:
-        from . import kernel_for  # noqa: PLC0415 - the registry imports this module
-
-        inner = ctx.memo["kernel"] = kernel_for(attrs["inner_domain"], attrs["inner_op"])
-    cast = []
-    for index, x in enumerate(inputs):
-        if x is None or x.dtype != np.float32:
-            cast.append(x)
-        elif index in attrs["const_inputs"]:
-            cached = ctx.memo.get(index)
-            if cached is None or cached[0] is not x:
-                cached = ctx.memo[index] = (x, x.astype(np.float64))
-            cast.append(cached[1])
-        else:
-            cast.append(x.astype(np.float64))
-    inner_attrs = {k: v for k, v in attrs.items() if k not in ("inner_op", "inner_domain", "const_inputs")}
-    inner_ctx = ctx.memo.setdefault("ctx", KernelContext(ctx.opset))  # no (float32) output buffers
-    results = inner(cast, inner_attrs, inner_ctx)
-    return [r.astype(np.float32) if r is not None and r.dtype == np.float64 else r for r in results]
-
-
 KERNELS = {
     ("infc", "PagedAttention"): paged_attention,
-    ("infc", "Float64"): float64_op,
 }
