@@ -14,7 +14,8 @@
    rotating over enough buffer copies to defeat the 60 MB L2): decode M in {1..64} x five
    (N, K), prefill M in {512, 2048, 4096}, and 4096^3 for the mma and SIMT acceptance lines;
 5. end to end: `infc build --target cuda` of the test models (GPU GEMM tuning, cubins in the plan),
-   then the plan run by the GPU executor against onnxruntime on the CPU (fp32, 1e-4 relative);
+   then the plan run by the GPU executor against onnxruntime on the CPU (fp32, 1e-4 relative); and
+   fp16 / bf16 plans of a generated encoder against its fp32 plan (bench/gpu_precision.py, issue #6);
 6. writes JSON to $OUT (if set), else bench/results/, named with the date and the GPU, and
    prints a short table last.
 --quick checks one variant per family and times fewer shapes (about a minute).
@@ -49,7 +50,8 @@ COPY_ELEMS = 2**28            # 1 GiB of float32 for the copy ceiling
 CEILING_SIZE = 8192           # square matrix products for the cuBLAS ceilings and the warm-up
 L2_BYTES = 60 * 2**20
 BIG_WEIGHT_BYTES = 32 * 2**20
-GOALS = {"decode_speedup": 1.2, "decode_bw_pct": 80.0, "mma_vs_cublas": 0.55, "simt_vs_sgemm": 0.8, "e2e_rel_err": 1e-4}
+GOALS = {"decode_speedup": 1.2, "decode_bw_pct": 80.0, "mma_vs_cublas": 0.55, "simt_vs_sgemm": 0.8, "e2e_rel_err": 1e-4,
+         "precision_speedup": 1.5}
 E2E_MODELS = ("tests/models/cnn_ts.onnx", "tests/models/bert_ts.onnx", "tests/models/gpt2_ts.onnx",
               "tests/models/llama_ts.onnx", "tests/models/cnn_dynamo.onnx")
 
@@ -153,7 +155,9 @@ def summarize(results: dict) -> dict:
         "simt_vs_sgemm_4096": square.get("simt_vs_sgemm"),
         "e2e_models_ok": sum(1 for e in results.get("end_to_end", []) if e.get("ok")),
         "e2e_models": len(results.get("end_to_end", [])),
+        "precision_speedup": (results.get("precision_speed") or {}).get("speedup"),
     }
+    precision = results.get("precision_speed") or {}
     summary["pass"] = {
         "correct": bool(checks) and not failed,
         "decode_speedup": (summary["decode_speedup_geomean"] or 0) >= GOALS["decode_speedup"],
@@ -161,6 +165,8 @@ def summarize(results: dict) -> dict:
         "mma": (summary["mma_vs_cublas_4096"] or 0) >= GOALS["mma_vs_cublas"],
         "simt": (summary["simt_vs_sgemm_4096"] or 0) >= GOALS["simt_vs_sgemm"],
         "e2e": bool(summary["e2e_models"]) and summary["e2e_models_ok"] == summary["e2e_models"],
+        "precision": bool(precision.get("speedup")) and all(r.get("ok") for r in precision.get("plans", {}).values())
+        and all((v or 0) >= GOALS["precision_speedup"] for v in precision["speedup"].values()),
     }
     return summary
 
@@ -197,6 +203,8 @@ def format_table(results: dict) -> str:
         f"  {'ok' if p['mma'] else 'MISS'}",
         f"simt 4096^3     {_fmt(s['simt_vs_sgemm_4096'])}x cuBLAS SGEMM (goal {GOALS['simt_vs_sgemm']})"
         f"  {'ok' if p['simt'] else 'MISS'}",
+        "fp16/bf16 plan  " + "  ".join(f"{k} {_fmt(v)}x" for k, v in (s.get("precision_speedup") or {}).items())
+        + f" the fp32 plan's speed (encoder, goal {GOALS['precision_speedup']})  {'ok' if p.get('precision') else 'MISS'}",
     ]
     return "\n".join(lines)
 
@@ -571,6 +579,19 @@ def end_to_end(args, seed: int, models=E2E_MODELS) -> list[dict]:
     return records
 
 
+def precision_speed(args) -> dict:
+    """Issue #6 on the GPU: fp16 and bf16 plans of one encoder against its fp32 plan (bench/gpu_precision.py)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_precision import precision_speed as measure  # noqa: PLC0415
+
+    sizes = {"layers": 1, "hidden": 256, "heads": 4, "ffn": 1024, "batch": 4, "seq": 128} if args.quick else {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="infc-precision-") as tmp:
+            return measure(Path(tmp), args.cubins.parent, **sizes)
+    except Exception:  # noqa: BLE001 - record it; the kernel checks stand on their own
+        return {"error": traceback.format_exc()[-1500:]}
+
+
 def run_device(args, results: dict, started: float) -> None:
     import_infc()
     from infc.compiler.codegen.variants import VARIANTS  # noqa: PLC0415
@@ -614,6 +635,7 @@ def run_device(args, results: dict, started: float) -> None:
                 print(f"  FAIL {v.name} {shape}: {record.get('error') or record.get('rel_err')}")
     print(f"checked {len(results['correctness'])} variant x shape pairs")
     results["end_to_end"] = end_to_end(args, int(rng.integers(1 << 31)))
+    results["precision_speed"] = precision_speed(args)
 
     copy = results["ceilings"].get("copy_tb_s")
     ms = (1, 16) if args.quick else DECODE_M

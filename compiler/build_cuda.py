@@ -5,7 +5,10 @@ runtime (runtime/cuda/plan_loader.py). The program's steps stay as they are, so 
 still run (and --verify) the same plan data; the device executor reads meta["cuda"] on top.
 
 A GEMM site is a MatMul with a constant 2-D weight, a Gemm with a constant B, or a group-1 Conv /
-FusedConv (im2col: its weight reshaped is the (N, K) operand), all float32 so far.
+FusedConv (im2col: its weight reshaped is the (N, K) operand). In an fp16/bf16 plan the program
+computes in fp32 from values rounded to the low type (compiler/build_precision.py); a site whose
+weight holds such values runs on the tensor cores instead: A and W in the low type (exact, both
+were rounded), fp32 accumulation and output, which the program's next Cast rounds as on the CPU.
 """
 
 from __future__ import annotations
@@ -37,6 +40,11 @@ class Site:
     n: int
     k: int
     m_range: tuple[int, int]
+    dtype: str = "float32"  # the operands' type on the device: float32, or the plan's bfloat16 / float16
+
+
+# `infc build --precision` -> the 16-bit type its GEMM sites run in on the device
+LOW_PRECISION = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 def _m_of(step: dict, shapes: dict) -> int | None:
@@ -53,7 +61,18 @@ def _m_of(step: dict, shapes: dict) -> int | None:
     return int(np.prod(shape[:-1])) if len(shape) > 1 else 1
 
 
-def gemm_sites(program: Program, shapes_by_level: dict) -> list[Site]:
+def _holds_low_values(weight: np.ndarray, dtype: str | None) -> bool:
+    """The fp32 weight is exactly a `dtype` tensor (the precision step rounded it; a pinned node's is not)."""
+    if dtype is None:
+        return False
+    from .autotune.gpu_gemm import low_dtype  # noqa: PLC0415
+
+    low = weight.astype(low_dtype(dtype))
+    return bool(np.array_equal(low.astype(np.float32), weight) and np.isfinite(low.astype(np.float32)).all())
+
+
+def gemm_sites(program: Program, shapes_by_level: dict, low: str | None = None) -> list[Site]:
+    """The program's GEMM sites; with `low` (bfloat16 / float16) those whose weight holds low values run in it."""
     sites = []
     for index, step in enumerate(program.steps):
         key = ((step.get("domain") or ""), step["op"])
@@ -73,7 +92,8 @@ def gemm_sites(program: Program, shapes_by_level: dict) -> list[Site]:
         ms = [_m_of(step, shapes) for shapes in shapes_by_level.values()]
         if None in ms:
             continue
-        sites.append(Site(index, step["inputs"][1], layout, int(n), int(k), (min(ms), max(ms))))
+        dtype = low if _holds_low_values(weight, low) else "float32"
+        sites.append(Site(index, step["inputs"][1], layout, int(n), int(k), (min(ms), max(ms)), dtype))
     return sites
 
 
@@ -121,26 +141,29 @@ def tune_cuda(program: Program, shapes_by_level: dict, profile, options, log, ta
 
     fingerprint = fingerprint or cuda_fingerprint()
     target = target or device_target(fingerprint, options.cache_dir)
-    sites = gemm_sites(program, shapes_by_level)
+    sites = gemm_sites(program, shapes_by_level, LOW_PRECISION.get(options.precision))
     problems, per_site = {}, []
     for site in sites:
         keys = []
         for bucket in _buckets(*site.m_range, profile.m_buckets):
-            key = gemm_key(bucket, site.n, site.k, "float32", target.fingerprint_id, m_buckets=profile.m_buckets)
+            key = gemm_key(bucket, site.n, site.k, site.dtype, target.fingerprint_id, m_buckets=profile.m_buckets)
             problems.setdefault(str(key), key)
             keys.append((bucket, str(key)))
         per_site.append((site, keys))
     cache = TimingCache(options.cache_dir / "timing_cache.json") if options.use_cache else None
     report = tune_all([gemm_problem(key, target) for key in problems.values()], target.bench,
                       budget_s=profile.budget_s, cache=cache, show_progress=options.show_progress)
-    log(f"GPU GEMM tuning: {len(problems)} shape buckets, {report.num_cache_hits} from the timing cache")
+    low_sites = sum(site.dtype != "float32" for site in sites)
+    log(f"GPU GEMM tuning: {len(problems)} shape buckets, {report.num_cache_hits} from the timing cache"
+        + (f"; {low_sites} of {len(sites)} sites in {LOW_PRECISION[options.precision]}" if low_sites else ""))
 
     gemms, used = [], set()
     cubins = cubin_cache(options.cache_dir)
     fuse = EpilogueFuser(fingerprint["arch"], cubins, log)  # codegen/plan_kernels.py
     output_names = {o["name"] for o in program.outputs}
     for site, keys in per_site:
-        epilogue = match_epilogue(program.steps, site.step, program.weights, site.n, output_names, shapes_by_level)
+        epilogue = None if site.dtype != "float32" else match_epilogue(  # 16-bit sites: their Cast follows
+            program.steps, site.step, program.weights, site.n, output_names, shapes_by_level)
         choices = []
         for bucket, key in keys:
             winner = report.results[key].winner
@@ -155,7 +178,8 @@ def tune_cuda(program: Program, shapes_by_level: dict, profile, options, log, ta
         if site.layout == "kn":  # the (N, K) copy the device reads; the CPU program keeps (K, N)
             w_nk = f"{site.weight}@nk"
             program.weights.setdefault(w_nk, weight_nk(program.weights[site.weight], "kn"))
-        entry = {"step": site.step, "w_nk": w_nk, "N": site.n, "K": site.k, "choices": choices}
+        entry = {"step": site.step, "w_nk": w_nk, "N": site.n, "K": site.k, "choices": choices,
+                 **({"dtype": site.dtype} if site.dtype != "float32" else {})}
         if epilogue is not None and any(c.get("fused") for c in choices):  # cuBLAS winners keep the separate ops
             entry["epilogue"] = epilogue.to_json()
         gemms.append(entry)
@@ -213,7 +237,8 @@ def tune_cuda_or_fallback(program: Program, shapes_by_level: dict, profile, opti
     weights_before = set(program.weights)
     try:
         tuning = tune_cuda(program, shapes_by_level, profile, options, log)
-        tuning["executor"], tuning["self_check"] = self_check(program, tuning, profile, table_rows)
+        tuning["executor"], tuning["self_check"] = self_check(program, tuning, profile, table_rows,
+                                                              LOW_PRECISION.get(options.precision))
         check = tuning["self_check"]
         timing = f"; {check['device_ms']:.3g} ms on the GPU, {check['cpu_ms']:.3g} ms on the CPU" if "cpu_ms" in check else ""
         log(f"cuda self-check: max rel diff {check['max_rel_diff']:.2g} against the CPU executor{timing}")
@@ -240,9 +265,11 @@ def _one_line(error: BaseException) -> str:
     return message if isinstance(error, InfcError) else f"{type(error).__name__}: {message}"[:400]
 
 
-def self_check(program: Program, tuning: dict, profile, table_rows: dict):
+def self_check(program: Program, tuning: dict, profile, table_rows: dict, low: str | None = None):
     """The plan as the runtime will load it, run by the device executor on seeded random inputs at the
-    profile's opt shapes, against the CPU executor on the same program: (executor, summary)."""
+    profile's opt shapes, against the CPU executor on the same program: (executor, summary). In an
+    fp16/bf16 plan (`low`) float outputs get the low type's tolerance: both sides round every value
+    to it, and a different summation order can round an element to the neighbouring value."""
     from .plan.format import Plan  # noqa: PLC0415
     from .runtime.cuda.plan_loader import device_executor  # noqa: PLC0415
     from .runtime.executor import Executor  # noqa: PLC0415
@@ -259,7 +286,8 @@ def self_check(program: Program, tuning: dict, profile, table_rows: dict):
     actual = executor.run(feeds)
     diffs = compare_outputs(names, [expected[n] for n in names], [actual[n] for n in names])
     for diff, name in zip(diffs, names):
-        limit = SELF_CHECK_TOLERANCE.get(np.asarray(expected[name]).dtype.name, 0.0)
+        kind = np.asarray(expected[name]).dtype.name
+        limit = SELF_CHECK_TOLERANCE.get(low if low and kind in SELF_CHECK_TOLERANCE else kind, 0.0)
         if not diff.max_rel_diff <= limit:  # NaN fails too
             raise SelfCheckFailed(f"cuda self-check: output '{name}' differs from the CPU executor by "
                                   f"{diff.max_rel_diff:.3g} relative (limit {limit:g}) at index {list(diff.worst_index)}")

@@ -18,17 +18,18 @@ from typing import Any, Callable
 import numpy as np
 
 from ..codegen import generate, variants as variant_table
-from ..codegen.variants import BY_NAME, VARIANTS, Variant, is_plain
+from ..codegen.variants import BY_NAME, VARIANTS, Variant, is_plain, is_plain_to_f32
 from ..runtime.cuda.geometry import unsupported
 from .buckets import DEFAULT_M_BUCKETS, bucket_of
 from .config import Config
 from .key import TuningKey, source_hash
-from .tuner import Problem
+from .tuner import TOLERANCES, Problem
 
 OP = "GemmNT"
 LAYOUTS = ("row", "nk")
 VENDOR = Config("cublas")
-FAMILY_FOR_DTYPE = {"float32": ("simt",), "bfloat16": ("mma", "skinny"), "float16": ("mma", "skinny")}
+FAMILY_FOR_DTYPE = {"float32": ("simt",), "bfloat16": ("mma",), "float16": ("mma",)}
+LOW_DTYPES = ("bfloat16", "float16")
 TEMPLATES = sorted(generate.TEMPLATES.glob("*.cuh"))
 KERNEL_SOURCE_HASH = source_hash(generate, variant_table, Path(__file__), *TEMPLATES)
 DEFAULT_L2_BYTES = 60 * 2**20
@@ -50,10 +51,36 @@ def gemm_key(m: int, n: int, k: int, dtype: str, target: str, *, m_buckets=DEFAU
 
 
 def candidates_for(m: int, n: int, k: int, dtype: str) -> list[Config]:
-    """Plain-epilogue variants whose family serves `dtype` and whose kernel can run the shape."""
+    """Variants whose family serves `dtype` and whose kernel can run the shape: the plain epilogue for
+    float32; for 16-bit A and W, the fp32 output a reduced-precision plan's site writes (TO_F32).
+    (The skinny families read weights pre-packed for decode; one-shot sites use the dense tiles.)"""
     families = FAMILY_FOR_DTYPE.get(dtype, ())
+    wanted = is_plain if dtype == "float32" else is_plain_to_f32
     return [Config.of("kernel", variant=v.name) for v in VARIANTS
-            if v.family in families and v.dtype == dtype and is_plain(v) and unsupported(v.params, m, n, k) is None]
+            if v.family in families and v.dtype == dtype and wanted(v) and unsupported(v.params, m, n, k) is None]
+
+
+def low_dtype(dtype: str) -> np.dtype:
+    """The host dtype of a 16-bit GEMM operand (bfloat16 through ml_dtypes, as the CPU runtime holds it)."""
+    if dtype == "bfloat16":
+        import ml_dtypes  # noqa: PLC0415 - a dependency of the CPU runtime's bf16 path
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
+
+
+def as_bits(array):
+    """What a generated kernel takes for a 16-bit operand: its bit pattern (CuPy has no native bfloat16)."""
+    return array.view(np.uint16) if array.dtype.itemsize == 2 else array
+
+
+def vendor_matmul(xp, a, w_nk, out) -> None:
+    """cuBLAS (CuPy's matmul) into `out`; 16-bit operands give a 16-bit product, widened into fp32 `out`
+    (the extra pass is what a reduced-precision plan pays when cuBLAS serves its site)."""
+    if a.dtype == out.dtype:
+        xp.matmul(a, w_nk.T, out=out)
+    else:
+        out[...] = xp.matmul(a, w_nk.T)
 
 
 def rotations(bytes_per_call: int, l2_bytes: int, cap: int = 32) -> int:
@@ -87,34 +114,44 @@ def gemm_problem(key: TuningKey, target: GpuTarget) -> Problem:
         raise ValueError(f"gpu_gemm tunes {OP} keys, not {key}")
     m, n, k = key.dim("M"), key.dim("N"), key.dim("K")
     dtype = key.dtypes[0]
-    if dtype != "float32":
-        raise ValueError(f"gpu_gemm: {dtype} GEMMs need the precision step's bit layouts (float32 only so far)")
+    if dtype != "float32" and dtype not in LOW_DTYPES:
+        raise ValueError(f"gpu_gemm: no GEMM kernels for {dtype}")
     xp = target.xp
     rng = np.random.default_rng(target.seed)
-    a_host = rng.standard_normal((m, k), dtype=np.float32)
-    w_host = rng.standard_normal((n, k), dtype=np.float32) / np.float32(math.sqrt(k))
-    item = np.dtype(dtype).itemsize
-    bytes_moved = (m * k + n * k + m * n) * item
+    storage = np.dtype(np.float32) if dtype == "float32" else low_dtype(dtype)
+    # 16-bit sites: operands rounded to the low type, product accumulated and written in fp32
+    a_host = rng.standard_normal((m, k), dtype=np.float32).astype(storage)
+    w_host = (rng.standard_normal((n, k), dtype=np.float32) / np.float32(math.sqrt(k))).astype(storage)
+    bytes_moved = (m * k + n * k) * storage.itemsize + m * n * 4
     num_sets = rotations(bytes_moved, target.l2_bytes)
-    sets = [(xp.asarray(a_host), xp.asarray(w_host)) for _ in range(num_sets)]  # copies: distinct buffers
+    sets = [(_upload(xp, a_host), _upload(xp, w_host)) for _ in range(num_sets)]  # copies: distinct buffers
     flops = 2.0 * m * n * k
 
     def build(config: Config) -> GemmRun:
-        out = xp.empty((m, n), dtype=dtype)
+        out = xp.empty((m, n), dtype=np.float32)
         if config == VENDOR:
             def one(i):
-                xp.matmul(sets[i][0], sets[i][1].T, out=out)
+                vendor_matmul(xp, sets[i][0], sets[i][1], out)
         else:
             launch = target.load(BY_NAME[str(config.param("variant"))])
 
             def one(i):
-                launch(sets[i][0], sets[i][1], out, m, n, k)
+                launch(as_bits(sets[i][0]), as_bits(sets[i][1]), out, m, n, k)
         return GemmRun(_name(config), one, sets, out, xp, flops, bytes_moved)
 
     def reference() -> np.ndarray:
         return a_host.astype(np.float64) @ w_host.astype(np.float64).T
 
-    return Problem(key, VENDOR, (VENDOR, *candidates_for(m, n, k, dtype)), build, reference, out_dtype=dtype)
+    # the check's tolerance: float32's for float32, the low type's where cuBLAS rounds its product to it
+    return Problem(key, VENDOR, (VENDOR, *candidates_for(m, n, k, dtype)), build, reference,
+                   out_dtype="float32", rtol=None if dtype == "float32" else TOLERANCES[dtype])
+
+
+def _upload(xp, host: np.ndarray):
+    """A device copy; 16-bit values travel as their bits and are viewed back (CuPy's bfloat16 is ml_dtypes')."""
+    if host.dtype.itemsize != 2 or xp is np:
+        return xp.array(host, copy=True)
+    return xp.asarray(host.view(np.uint16)).view(host.dtype)
 
 
 def table_row(result) -> dict:
@@ -122,7 +159,7 @@ def table_row(result) -> dict:
     (time as a percentage of cuBLAS's: below 100 is faster)."""
     m, n, k = (result.key.dim(d) for d in ("M", "N", "K"))
     item = np.dtype(result.key.dtypes[0]).itemsize
-    flops, nbytes = 2.0 * m * n * k, (m * k + n * k + m * n) * item
+    flops, nbytes = 2.0 * m * n * k, (m * k + n * k) * item + m * n * 4  # outputs are fp32
 
     def rates(seconds: float) -> dict:
         ok = math.isfinite(seconds) and seconds > 0

@@ -130,12 +130,18 @@ FUSED_EPILOGUES = tuple(Epilogue(bias=b, act=a, residual=r) for b in (False, Tru
 FUSED_HEAVY = Epilogue(bias=True, act="gelu", residual=True)
 
 
+# A GEMM site of an fp16/bf16 plan (compiler/build_cuda.py): 16-bit A and W, fp32 accumulate, and an fp32
+# output for the plan's next step, which rounds it to the low type itself (as the CPU plan does).
+TO_F32 = Epilogue(out_dtype="float32")
+
+
 def all_variants() -> tuple[Variant, ...]:
     to_f32 = {"bfloat16": "float32", "float16": "float32"}
     variants = [
         *_family_variants("simt", ("float32",), SIMT_TILES, {"float32": "bfloat16"}),
         *(Variant("simt", "float32", tile, FUSED_HEAVY) for tile in SIMT_TILES[1:]),
         *_family_variants("mma", ("bfloat16", "float16"), MMA_TILES, to_f32),
+        *(Variant("mma", dtype, tile, TO_F32) for dtype in ("bfloat16", "float16") for tile in MMA_TILES),
         *_family_variants("skinny", ("bfloat16", "float16"), SKINNY_TILES, to_f32),
         *_family_variants("skinny_int8", ("bfloat16", "float16"), SKINNY_INT8_TILES, to_f32),
     ]
@@ -151,6 +157,11 @@ BY_NAME = {v.name: v for v in VARIANTS}
 def is_plain(variant: Variant) -> bool:
     e = variant.epilogue
     return not (e.bias or e.residual or e.swiglu or e.act != "none") and variant.out_dtype == variant.dtype
+
+
+def is_plain_to_f32(variant: Variant) -> bool:
+    """16-bit in, fp32 out, nothing else: what a reduced-precision plan's GEMM sites run."""
+    return variant.dtype != "float32" and variant.epilogue == TO_F32
 
 
 def with_epilogue(variant: Variant, epilogue: Epilogue) -> Variant:

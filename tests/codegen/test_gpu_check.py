@@ -101,6 +101,10 @@ def test_bench_captures_short_calls_in_a_graph(gpu_check, fake_cupy):
     assert dev.modes["eager (ZeroDivisionError)"] == 1 and fake_cupy.captured is None
 
 
+def results_pass(out_dir) -> dict:
+    return json.loads(next(out_dir.glob("gpu_check-*.json")).read_text())["summary"]["pass"]
+
+
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc (CUDA 13.0) not installed")
 def test_dry_run_on_the_emulator(gpu_check, fake_cupy, monkeypatch, tmp_path, cubin_dir, capsys):
     subset = [BY_NAME[n] for n in ("simt_f32_64x32x16x4x4_plain", "simt_f32_64x32x16x4x4_bias_swiglu_res_tobf16",
@@ -120,10 +124,14 @@ def test_dry_run_on_the_emulator(gpu_check, fake_cupy, monkeypatch, tmp_path, cu
 
     # the end-to-end step (build --target cuda, run the plan) is tested in tests/cuda/test_build_cuda.py
     monkeypatch.setattr(gpu_check, "end_to_end", lambda args, seed: [{"model": "m.onnx", "ok": True, "max_rel_err": 1e-7}])
+    # so is the fp16/bf16-against-fp32 section (tests/cuda/test_gpu_precision_bench.py)
+    monkeypatch.setattr(gpu_check, "precision_speed", lambda args: {
+        "plans": {"fp32": {"ok": True}, "fp16": {"ok": True}, "bf16": {"ok": True}}, "speedup": {"fp16": 2.0, "bf16": 1.4}})
     assert gpu_check.main(["--quick", "--out", str(tmp_path), "--cubins", str(cubin_dir), "--workers", "2"]) == 0
     out = capsys.readouterr().out
     print(out)
-    assert out.rstrip().splitlines()[-1].startswith("simt 4096^3")  # the table comes last
+    assert out.rstrip().splitlines()[-1].startswith("fp16/bf16 plan  fp16 2.00x  bf16 1.40x")  # the table comes last
+    assert out.rstrip().endswith("MISS") and not results_pass(tmp_path)["precision"]  # bf16 under 1.5x
     results = json.loads(next(tmp_path.glob("gpu_check-*-fake-gpu-cpu-emulator.json")).read_text())
     assert "error" not in results and results["compile"]["errors"] == {}
     checked = gpu_check.selected_variants(subset, quick=True)

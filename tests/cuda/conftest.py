@@ -19,15 +19,25 @@ from infc.compiler.runtime.cuda import backend as backend_module, plan_loader
 FAKE_GPU = {"kind": "cuda", "gpu": "NVIDIA H200 (stand-in)", "cc": "9.0", "arch": "sm_90", "sms": 132,
             "driver": 13000, "cuda_runtime": 13000, "cupy": "14.2.0"}
 EMULATED = "simt_f32_64x32x16x4x4_plain"  # the tile the fake bench makes fastest: run by the emulator
+# the same for the 16-bit sites of fp16 / bf16 plans
+EMULATED_LOW = ("mma_bf16_64x64x64x2x2x4_tof32", "mma_f16_64x64x64x2x2x4_tof32")
 
 
-def numpy_launch(a, w, out, M, N, K, **_):
-    np.matmul(a, w.T, out=out)
+def numpy_launch_for(variant):
+    """A tile the stand-in serves with NumPy: 16-bit operands arrive as their bits."""
+    from infc.compiler.autotune.gpu_gemm import low_dtype
+
+    def launch(a, w, out, M, N, K, **_):
+        if variant.dtype != "float32":
+            a, w = (x.view(low_dtype(variant.dtype)).astype(np.float32) for x in (a, w))
+        np.matmul(a, w.T, out=out)
+    return launch
 
 
 def fake_times(run) -> list[float]:
-    """cuBLAS 10 us; the emulated tile 8 us; other tiles 12 us (served by NumPy)."""
-    return [8e-6] * 3 if run.name == EMULATED else [1e-5] * 3 if run.name == "cublas" else [1.2e-5] * 3
+    """cuBLAS 10 us; the emulated tiles 8 us; other tiles 12 us (served by NumPy)."""
+    fastest = run.name == EMULATED or run.name in EMULATED_LOW
+    return [8e-6] * 3 if fastest else [1e-5] * 3 if run.name == "cublas" else [1.2e-5] * 3
 
 
 EMU_CACHE = Path(__file__).resolve().parents[2] / "cache" / "emu"  # git-ignored; libraries named by content
@@ -54,8 +64,10 @@ def emulated_kernels(emu_dir):
     class Launches(dict):
         def __missing__(self, name):
             variant = variant_named(name)
-            is_emulated = (variant.family, variant.tile) == (variant_named(EMULATED).family, variant_named(EMULATED).tile)
-            self[name] = emulate.Kernel(variant, emu_dir, num_sms=4) if is_emulated else numpy_launch
+            emulated = {(variant_named(n).family, variant_named(n).dtype, variant_named(n).tile)
+                        for n in (EMULATED, *EMULATED_LOW)}
+            is_emulated = (variant.family, variant.dtype, variant.tile) in emulated
+            self[name] = emulate.Kernel(variant, emu_dir, num_sms=4) if is_emulated else numpy_launch_for(variant)
             return self[name]
 
     return Launches()

@@ -105,6 +105,22 @@ def test_average_pool(attrs):
     check("", "AveragePool", [_normal(2, 3, 7, 8)], attrs)
 
 
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((2, 3, 9, 8), (5, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 4, 11, 10), (6, 4, 3, 2), {"strides": [2, 3], "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
+    ((2, 3, 7, 7), (4, 3, 1, 1), {"strides": [2, 2]}),
+    ((1, 2, 13), (3, 2, 4), {"strides": [2], "pads": [3, 1], "dilations": [2]}),
+    ((1, 2, 5, 6, 4), (3, 2, 2, 3, 2), {"pads": [1, 0, 1, 0, 1, 1]}),
+    ((2, 4, 8, 8), (6, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+    ((2, 4, 8, 8), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+])
+def test_convolution(x_shape, w_shape, attrs):
+    """im2col by one strided view (group 1: strides, dilations, asymmetric pads, 1-3 spatial dims), grouped
+    and depthwise taps, with a bias."""
+    check("", "Conv", [_normal(*x_shape), _normal(*w_shape), _normal(w_shape[0])], attrs)
+    check("", "Conv", [_normal(*x_shape), _normal(*w_shape)], attrs)
+
+
 @pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"])
 def test_reductions(op):
     x = _normal(2, 3, 4)

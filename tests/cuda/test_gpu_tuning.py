@@ -14,7 +14,9 @@ from infc.compiler.autotune.gpu_bench import CudaEventBench
 from infc.compiler.autotune.gpu_gemm import GpuTarget, VENDOR, candidates_for, gemm_key, gemm_problem, rotations, table_row
 from infc.compiler.autotune.tuner import tune
 
-from .conftest import numpy_launch
+from infc.compiler.codegen.variants import variant_named
+
+from .conftest import numpy_launch_for
 
 GOOD, BAD = "simt_f32_64x64x16x4x4_plain", "simt_f32_128x64x16x8x4_plain"
 
@@ -26,7 +28,7 @@ def skip_rows(a, w, out, M, N, K, **_):  # a kernel with a tail bug: the last ro
 def target(times: dict, launches: dict) -> GpuTarget:
     def bench(run):
         return [times.get(run.name, 2e-5)] * 3
-    return GpuTarget(np, "cuda-sm_90-test", lambda v: launches.get(v.name, numpy_launch), bench)
+    return GpuTarget(np, "cuda-sm_90-test", lambda v: launches.get(v.name, numpy_launch_for(v)), bench)
 
 
 def test_candidates_are_the_variants_that_fit_plus_cublas():
@@ -49,6 +51,25 @@ def test_fastest_correct_kernel_wins_and_a_wrong_one_scores_inf():
     assert good["tflops"] == float(f"{2 * 64 * 96 * 40 / 7e-6 / 1e12:.4g}")
     assert good["gb_s"] == float(f"{(64 * 40 + 96 * 40 + 64 * 96) * 4 / 7e-6 / 1e9:.4g}")
     assert next(c for c in row["candidates"] if c["config"] == BAD)["tflops"] is None
+
+
+def test_a_16_bit_site_tunes_tensor_core_tiles_with_fp32_output_against_cublas():
+    """fp16 / bf16 plans: A and W rounded to the low type, fp32 accumulation and output; a tile that reads
+    the operands as the wrong type fails the check before timing."""
+    for dtype, short in (("bfloat16", "bf16"), ("float16", "f16")):
+        names = [str(c.param("variant")) for c in candidates_for(64, 96, 40, dtype)]
+        assert names and all(n.startswith(f"mma_{short}_") and n.endswith("_tof32") for n in names)
+        good, wrong_type = names[0], names[1]
+        misread = numpy_launch_for(variant_named(wrong_type.replace(f"_{short}_", "_bf16_" if short == "f16" else "_f16_")))
+        t = target({"cublas": 1e-5, good: 6e-6, wrong_type: 1e-6}, {wrong_type: misread})
+        problem = gemm_problem(gemm_key(64, 96, 40, dtype, "t"), t)
+        result = tune(problem, t.bench)
+        assert str(result.winner.param("variant")) == good
+        assert next(c for c in result.candidates if c.config.param("variant") == wrong_type).status.startswith("wrong")
+        assert next(c for c in result.candidates if c.config == VENDOR).status == "ok"  # cuBLAS's 16-bit product
+        reference = problem.reference()  # the exact product of the rounded operands
+        assert np.count_nonzero(reference) == reference.size
+    assert candidates_for(64, 96, 36, "bfloat16") == []  # K % 8: no 16-byte chunks; cuBLAS serves it
 
 
 def test_ties_go_to_cublas():

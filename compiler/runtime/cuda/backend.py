@@ -54,9 +54,20 @@ def numpy_backend() -> Backend:
                    lambda x: erf(np.asarray(x)).astype(x.dtype, copy=False).view(DeviceArray))
 
 
+def _is_extension_16bit(dtype) -> bool:
+    """bfloat16 (ml_dtypes): CuPy computes with it but copies it most reliably as its bits."""
+    return dtype.itemsize == 2 and dtype.kind not in "fiu"
+
+
 def cupy_backend() -> Backend:
     import cupy  # noqa: PLC0415 - GPU machines only
     from cupyx.scipy.special import erf  # noqa: PLC0415
 
-    return Backend("cupy", cupy, cupy.asarray, cupy.asnumpy, lambda a: isinstance(a, cupy.ndarray), cupy.asarray,
+    def to_device(a):
+        return cupy.asarray(a.view(np.uint16)).view(a.dtype) if _is_extension_16bit(a.dtype) else cupy.asarray(a)
+
+    def to_host(a):
+        return cupy.asnumpy(a.view(cupy.uint16)).view(a.dtype) if _is_extension_16bit(a.dtype) else cupy.asnumpy(a)
+
+    return Backend("cupy", cupy, to_device, to_host, lambda a: isinstance(a, cupy.ndarray), cupy.asarray,
                    erf, cupy.cuda.runtime.deviceSynchronize)

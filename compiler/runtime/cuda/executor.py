@@ -7,7 +7,8 @@ Placement, decided once at construction, per step:
     device gemm      a tuned GEMM site (gemm.py), writing into the arena (arena.py); a site with an
                      epilogue also does the steps it absorbed, which are dropped (gemm.device_steps).
     device           an op of the device table (ops.py) over backend.xp; an ElementwiseChain with a
-                     cubin in the plan is one generated kernel (chain.py).
+                     cubin in the plan is one generated kernel (chain.py); an fp16/bf16 plan's
+                     Cast pairs through the low type are one rounding launch (cast_fold.py).
     host fallback    no device op (or an onnxruntime island): inputs copied to the host, the CPU
                      kernel, outputs copied back when a device step reads them. `report()` and
                      `infc inspect` list these.
@@ -28,6 +29,7 @@ from ..executor import ISLAND_OP, _island_runner
 from ..kernels import kernel_for
 from ..kernels.common import KernelContext, decode_attrs
 from .backend import Backend
+from .cast_fold import fold_cast_pairs
 from .chain import ChainRunner
 from .gemm import GemmSite, GemmSpec, device_steps
 from .ops import device_op_for
@@ -77,7 +79,7 @@ class DeviceExecutor:
         self.arena = arena
         sites = {spec.step: spec for spec in gemms}
         host_values = shape_values(steps, self._weights)
-        placed = device_steps(steps, gemms)
+        placed = fold_cast_pairs(device_steps(steps, gemms), host_values, set(self.output_names))
         self._steps = [self._prepare(i, s, host_values, sites.get(i), launches or {}, islands or {}) for i, s in placed]
         for step, (index, _) in zip(self._steps, placed):
             if index in (chains or {}) and step.where == DEVICE:
@@ -106,7 +108,7 @@ class DeviceExecutor:
         where = DEVICE
         if spec is not None:
             bias = spec.epilogue.bias if spec.epilogue is not None else None
-            ctx.gemm = GemmSite(spec, self._device_weight(spec.w_nk), launches, self.backend.xp,
+            ctx.gemm = GemmSite(spec, self._device_weight(spec.w_nk, spec.dtype), launches, self.backend.xp,
                                 bias=None if bias is None else self._device_weight(bias),
                                 activate=lambda y, act, ctx=ctx: EPILOGUE_ACTIVATIONS[act](y, ctx))
             if self.arena is not None and outputs and outputs[0]:
@@ -129,10 +131,17 @@ class DeviceExecutor:
         for index, step in enumerate(self._steps):
             step.frees = tuple(frees.get(index, ()))
 
-    def _device_weight(self, name: str):
-        if name not in self._device_weights:
-            self._device_weights[name] = self.backend.upload(self._weights[name])
-        return self._device_weights[name]
+    def _device_weight(self, name: str, dtype: str = "float32"):
+        """A weight on the device, uploaded once; a 16-bit GEMM site's (N, K) weight converted on the host first."""
+        key = name if dtype == "float32" else f"{name}@{dtype}"
+        if key not in self._device_weights:
+            host = self._weights[name]
+            if dtype != "float32":
+                from ...autotune.gpu_gemm import low_dtype  # noqa: PLC0415
+
+                host = host.astype(low_dtype(dtype))
+            self._device_weights[key] = self.backend.upload(host)
+        return self._device_weights[key]
 
     # ---- running ---------------------------------------------------------------------------------
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -202,6 +211,7 @@ class DeviceExecutor:
                 "host_fallback_ops": sorted({s.label.split(" ")[0] for s in self._steps if s.where == HOST_FALLBACK}),
                 "gemm_launches": dict(gemm_counts), "copies": dict(self.backend.copies),
                 "chain_kernels": len(chains), "chain_launches": sum(c.launches for c in chains),
+                "rounding_steps": sum(s.label.startswith("infc.cuda.RoundTo") for s in self._steps),
                 "arena_bytes": self.arena.plan.arena_bytes if self.arena is not None else 0}
 
 

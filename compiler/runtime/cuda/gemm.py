@@ -64,13 +64,17 @@ class GemmSpec:
     k: int
     choices: tuple[Choice, ...]
     epilogue: EpilogueSpec | None = None
+    dtype: str = "float32"  # bfloat16 / float16: A and W in that type, fp32 accumulate and output
 
     @classmethod
     def from_json(cls, data: Mapping) -> GemmSpec:
         epilogue = data.get("epilogue")
+        dtype = str(data.get("dtype", "float32"))
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"gemm site of step {data['step']}: unknown dtype {dtype!r}")
         return cls(int(data["step"]), str(data["w_nk"]), int(data["N"]), int(data["K"]),
                    tuple(Choice.from_json(c) for c in data["choices"]),
-                   EpilogueSpec.from_json(epilogue) if epilogue else None)
+                   EpilogueSpec.from_json(epilogue) if epilogue else None, dtype)
 
     def owns(self, part: str) -> bool:
         """The site applies this part of its own step (bias / act): the op must not."""
@@ -85,12 +89,16 @@ class GemmSpec:
 
 class GemmSite:
     """Callable on A (M, K) contiguous (and the residual as (M, N) when the epilogue has one) -> C (M, N)
-    with the epilogue applied, written into `alloc((M, N), dtype)` (the arena)."""
+    with the epilogue applied, written into `alloc((M, N), dtype)` (the arena). A 16-bit site (spec.dtype)
+    takes `w_nk` already in that type, converts A to it and writes C in fp32."""
 
     def __init__(self, spec: GemmSpec, w_nk, launches: Mapping[str, Launch], xp, *, bias=None,
                  activate: Callable = lambda y, act: y):
         self.spec, self.xp = spec, xp
         self.w_nk = w_nk.reshape(spec.n, spec.k)
+        self.low = None if spec.dtype == "float32" else self.w_nk.dtype
+        if self.low is not None and self.low.itemsize != 2:
+            raise ValueError(f"gemm site of step {spec.step}: a {spec.dtype} site needs a 16-bit weight, got {self.low}")
         missing = sorted({c.kernel for c in spec.choices if c.impl != CUBLAS} - set(launches))
         if missing:
             raise ValueError(f"gemm site of step {spec.step}: no loaded kernel {', '.join(missing)}")
@@ -109,7 +117,14 @@ class GemmSite:
             raise ValueError(f"gemm site of step {self.spec.step}: residual given without a residual epilogue, or missing")
         choice = self.spec.choice_for(m)
         out = self.alloc((m, self.spec.n), a.dtype)
-        if choice.impl == CUBLAS:
+        if self.low is not None:  # the plan rounded A to the low type already: this conversion is exact
+            a_low = a.astype(self.low)
+            if choice.impl == CUBLAS:
+                out[...] = self.xp.matmul(a_low, self.w_nk.T)
+            else:
+                self.launches[choice.kernel](a_low.view(np.uint16), self.w_nk.view(np.uint16), out, m, self.spec.n, k)
+            name = choice.impl if choice.impl == CUBLAS else choice.kernel
+        elif choice.impl == CUBLAS:
             self.xp.matmul(a, self.w_nk.T, out=out)
             name = CUBLAS
         elif choice.fused:

@@ -4,6 +4,7 @@ combinations it handles); steps it does not cover run the CPU kernel with host c
 
 from __future__ import annotations
 
+from .cast_fold import ROUNDING
 from .ops_attention import ATTENTION
 from .ops_elementwise import ELEMENTWISE
 from .ops_nn import NN
@@ -21,7 +22,7 @@ def _merge(*tables):
     return merged
 
 
-DEVICE_OPS = _merge(ELEMENTWISE, NN, SHAPE, ATTENTION, SPATIAL)
+DEVICE_OPS = _merge(ELEMENTWISE, NN, SHAPE, ATTENTION, SPATIAL, ROUNDING)
 
 
 def device_op_for(domain: str, op: str, attrs: dict):

@@ -101,6 +101,17 @@ def _padded(x, geo, xp, value=0.0):
     return xp.pad(x, widths, mode="constant", constant_values=value)
 
 
+def patch_rows(xpad, kernel, geo, xp):
+    """im2col as one strided view and one copy: (N * prod(out), C * prod(kernel)) rows, columns ordered
+    (c, k1, k2, ...) as the weight (M, C, *kernel) reshapes; one launch where a slice per tap was many."""
+    n, c = xpad.shape[:2]
+    sn, sc, *spatial = xpad.strides
+    shape = (n, *geo.out, c, *kernel)
+    strides = (sn, *(st * s for st, s in zip(spatial, geo.strides)), sc, *(st * d for st, d in zip(spatial, geo.dilations)))
+    view = xp.lib.stride_tricks.as_strided(xpad, shape=shape, strides=strides)
+    return xp.ascontiguousarray(view).reshape(-1, c * math.prod(kernel))
+
+
 def conv_forward(x, w, bias, attrs, ctx, residual=None):
     xp = ctx.xp
     n, c = x.shape[:2]
@@ -108,15 +119,14 @@ def conv_forward(x, w, bias, attrs, ctx, residual=None):
     kernel = tuple(attrs.get("kernel_shape") or w.shape[2:])
     geo = geometry(x.shape[2:], kernel, attrs)
     xpad = _padded(x, geo, xp)
-    cols = [xpad[window] for _, window in taps(kernel, geo)]  # each (N, C, *out)
     if group == 1:
-        patches = xp.stack(cols, axis=2)                                     # N, C, T, *out
-        order = (0,) + tuple(range(3, patches.ndim)) + (1, 2)                # N, *out, C, T
-        a = xp.ascontiguousarray(patches.transpose(order)).reshape(-1, c * len(cols))
+        a = patch_rows(xpad, kernel, geo, xp)
         y2d = ctx.gemm(a) if ctx.gemm is not None else xp.matmul(a, w.reshape(m, -1).T)
         y = y2d.reshape((n,) + geo.out + (m,))
         y = xp.ascontiguousarray(xp.moveaxis(y, -1, 1))
-    elif group == c == m and w.shape[1] == 1:  # depthwise: a weighted sum of the taps
+        return _conv_tail(y, bias, residual, m, kernel, x.dtype)
+    cols = [xpad[window] for _, window in taps(kernel, geo)]  # each (N, C, *out)
+    if group == c == m and w.shape[1] == 1:  # depthwise: a weighted sum of the taps
         taps_w = w.reshape(m, -1)
         y = None
         for t, col in enumerate(cols):
@@ -131,11 +141,15 @@ def conv_forward(x, w, bias, attrs, ctx, residual=None):
             wg = w[g * (m // group):(g + 1) * (m // group)].reshape(m // group, -1)
             pieces.append(xp.matmul(a, wg.T).reshape((n,) + geo.out + (m // group,)))
         y = xp.ascontiguousarray(xp.moveaxis(xp.concatenate(pieces, axis=-1), -1, 1))
+    return _conv_tail(y, bias, residual, m, kernel, x.dtype)
+
+
+def _conv_tail(y, bias, residual, m: int, kernel, dtype):
     if bias is not None:
         y = y + bias.reshape((1, m) + (1,) * len(kernel))
     if residual is not None:
         y = y + residual
-    return y.astype(x.dtype, copy=False)
+    return y.astype(dtype, copy=False)
 
 
 def _own(ctx, part: str) -> bool:

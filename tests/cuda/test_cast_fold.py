@@ -1,0 +1,56 @@
+"""Cast pairs through the low type (x -> fp16/bf16 -> fp32) run as one rounding op on the device:
+which pairs fold, the bf16 rounding arithmetic the CUDA kernel uses, and a folded plan's results."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from infc.compiler.runtime.cuda.cast_fold import ROUND_OP, fold_cast_pairs, round_bf16_bits, round_to
+
+
+def cast(name, src, to):
+    return {"op": "Cast", "domain": "", "name": name, "inputs": [src], "outputs": [name], "attrs": {"to": to}}
+
+
+def relu(name, src):
+    return {"op": "Relu", "domain": "", "name": name, "inputs": [src], "outputs": [name], "attrs": {}}
+
+
+def test_a_pair_whose_low_value_has_one_use_folds_into_one_step():
+    steps = [relu("a", "x"), cast("a16", "a", 16), cast("a32", "a16", 1), relu("b", "a32"),
+             cast("b16", "b", 10), cast("b32", "b16", 1), relu("c", "b16"),   # b16 read twice: kept
+             cast("s16", "shape", 10), cast("s32", "s16", 1),                  # host shape arithmetic: kept
+             cast("o16", "c", 16), cast("o32", "o16", 1)]                     # o16 is a graph output: kept
+    placed = fold_cast_pairs(list(enumerate(steps)), host_values={"shape"}, keep={"o16"})
+    ops = [(index, step["op"]) for index, step in placed]
+    assert ops == [(0, "Relu"), (1, "RoundTo"), (3, "Relu"), (4, "Cast"), (5, "Cast"), (6, "Relu"),
+                   (7, "Cast"), (8, "Cast"), (9, "Cast"), (10, "Cast")]
+    folded = placed[1][1]
+    assert (folded["domain"], folded["op"]) == ROUND_OP
+    assert folded["inputs"] == ["a"] and folded["outputs"] == ["a32"] and folded["attrs"] == {"to": 16}
+
+
+def test_bf16_rounding_arithmetic_matches_ml_dtypes_on_ties_overflow_and_nan():
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32)
+    x = bits.view(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.4028235e38, -3.4028235e38, 1.0 + 2**-8,
+                        1.0 + 3 * 2**-8, 1e-40, -1e-45], dtype=np.float32)
+    nan_low_payload = np.array([0x7F800001, 0xFF800001, 0x7FFFFFFF], dtype=np.uint32).view(np.float32)
+    for values in (x, special, nan_low_payload):
+        got = round_bf16_bits(values)
+        want = values.astype(ml_dtypes.bfloat16).astype(np.float32)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        finite = ~np.isnan(want)
+        assert np.array_equal(got[finite].view(np.uint32), want[finite].view(np.uint32))
+
+
+def test_the_stand_in_op_rounds_like_the_two_casts():
+    class Ctx:
+        xp = np
+
+    x = np.random.default_rng(1).standard_normal(1000).astype(np.float32) * 1e3
+    for to, low in ((10, np.float16), (16, ml_dtypes.bfloat16)):
+        (got,) = round_to([x], {"to": to}, Ctx())
+        assert got.dtype == np.float32 and np.array_equal(got, x.astype(low).astype(np.float32))
