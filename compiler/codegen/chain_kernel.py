@@ -29,8 +29,25 @@ FORMS = {  # op -> C expression over the operand expressions a, b, c and attrs
 }
 
 
+# Standalone activation steps that are several array launches op by op (a sigmoid is a tanh, a multiply
+# and an add); the build gives each a one-op chain kernel, so it is one launch (compile_chains).
+SINGLE_OP_CHAINS = {("", "Sigmoid"), ("", "HardSigmoid"), ("", "HardSwish"), ("", "LeakyRelu"),
+                    ("com.microsoft", "QuickGelu")}
+
+
 class UnsupportedChain(ValueError):
     pass
+
+
+def chain_ops(step: dict) -> list[dict] | None:
+    """The ops a chain kernel would compute for this program step: an ElementwiseChain's own list, a
+    one-op list for a standalone activation of SINGLE_OP_CHAINS, else None."""
+    domain = step.get("domain") or ""
+    if (domain, step["op"]) == ("infc.cpu", "ElementwiseChain"):
+        return step["attrs"]["ops"]
+    if (domain, step["op"]) in SINGLE_OP_CHAINS and len(step["inputs"]) == 1:
+        return [{"op": step["op"], "domain": domain, "attrs": dict(step.get("attrs") or {}), "args": [0]}]
+    return None
 
 
 def _f(value: float) -> str:
@@ -39,6 +56,9 @@ def _f(value: float) -> str:
 
 def _expression(op: dict, operands: list[str | None]) -> str:
     name, attrs = op["op"], op.get("attrs") or {}
+    if (op.get("domain") or "", name) == ("com.microsoft", "QuickGelu"):  # x * sigmoid(alpha x), sigmoid as above
+        a, alpha = operands[0], _f(attrs.get("alpha", 1.702))
+        return f"({a} * (0.5f * tanhf({a} * {alpha} * 0.5f) + 0.5f))"
     if (op.get("domain") or "") != "":
         raise UnsupportedChain(f"chain op {op.get('domain')}.{name}")
     if name == "Clip":

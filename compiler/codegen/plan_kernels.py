@@ -45,20 +45,21 @@ class EpilogueFuser:
 
 
 def compile_chains(program, shapes_by_level: dict, arch: str, cubins, log, skip=frozenset()) -> tuple[dict, dict]:
-    """One generated kernel per distinct float32 ElementwiseChain (codegen/chain_kernel.py): plan sections
-    and meta["cuda"]["chains"]. A chain that cannot be generated, fails to compile or spills runs op
-    by op on the device (logged)."""
-    from .chain_kernel import UnsupportedChain, render_chain  # noqa: PLC0415
+    """One generated kernel per distinct float32 ElementwiseChain, and per standalone activation that is
+    several launches op by op (codegen/chain_kernel.py, chain_ops): plan sections and meta["cuda"]["chains"].
+    A chain that cannot be generated, fails to compile or spills runs op by op on the device (logged)."""
+    from .chain_kernel import UnsupportedChain, chain_ops, render_chain  # noqa: PLC0415
     from .compile import CompileError, cubin_for_source  # noqa: PLC0415
 
     sections, chains = {}, {}
     for index, step in enumerate(program.steps):
-        if (step.get("domain"), step["op"]) != ("infc.cpu", "ElementwiseChain") or index in skip:
+        ops = chain_ops(step)
+        if ops is None or index in skip:
             continue
         if any(shapes.get(step["outputs"][0], (None, None))[1] != "float32" for shapes in shapes_by_level.values()):
             continue
         try:
-            source, entry = render_chain(step["attrs"]["ops"], len(step["inputs"]))
+            source, entry = render_chain(ops, len(step["inputs"]))
             if entry not in chains:
                 cubin, info = cubin_for_source(source, entry, arch, cubins)
                 if _spills(info.get("resources")):

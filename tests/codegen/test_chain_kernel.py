@@ -78,3 +78,23 @@ def test_emulated_chain_matches_the_cpu_kernel(needs_cxx, emu_dir):
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
     assert function.launches == 1 and runner(inputs, ctx) is not got  # a fresh output each run
     assert len(ctx.memo) == 1  # the layout is computed once per set of shapes
+
+
+@pytest.mark.parametrize("domain, op, attrs", [("", "Sigmoid", {}), ("", "HardSigmoid", {"alpha": 0.25, "beta": 0.4}),
+                                               ("", "HardSwish", {}), ("", "LeakyRelu", {"alpha": 0.2}),
+                                               ("com.microsoft", "QuickGelu", {"alpha": 1.0}),
+                                               ("com.microsoft", "QuickGelu", {})])
+def test_a_standalone_activation_is_a_one_op_chain_matching_its_cpu_kernel(domain, op, attrs, needs_cxx, emu_dir):
+    from infc.compiler.codegen.chain_kernel import SINGLE_OP_CHAINS, chain_ops
+    from infc.compiler.runtime.kernels import kernel_for
+
+    assert (domain, op) in SINGLE_OP_CHAINS
+    step = {"op": op, "domain": domain, "inputs": ["x"], "outputs": ["y"], "attrs": attrs}
+    x = (np.random.default_rng(5).standard_normal((3, 50)) * 4).astype(np.float32)
+    source, entry = render_chain(chain_ops(step), 1)
+    runner = ChainRunner(emulate.Function(source, entry, arg_types(1), emu_dir), 1, num_sms=1)
+    got = runner([x], DeviceContext(np, None, 17, [None]))
+    want = kernel_for(domain, op)([x], attrs, KernelContext(17, [None]))[0]
+    # the CPU kernels' sigmoid is exp-based, the chain's the tanh form: float32 rounding apart
+    assert got.shape == want.shape and np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
+    assert chain_ops({**step, "op": "Erf", "domain": ""}) is None

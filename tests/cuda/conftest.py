@@ -13,7 +13,7 @@ from infc.compiler import build_cuda, target
 from infc.compiler.autotune.gpu_gemm import GpuTarget
 from infc.compiler.codegen import emulate
 from infc.compiler.codegen.cache import CubinCache
-from infc.compiler.codegen.chain_kernel import arg_types as chain_arg_types, render_chain
+from infc.compiler.codegen.chain_kernel import arg_types as chain_arg_types, chain_ops, render_chain
 from infc.compiler.runtime.cuda import backend as backend_module, plan_loader
 
 FAKE_GPU = {"kind": "cuda", "gpu": "NVIDIA H200 (stand-in)", "cc": "9.0", "arch": "sm_90", "sms": 132,
@@ -102,7 +102,7 @@ def stand_in_device(monkeypatch, numpy_gpu, emulated_kernels, emu_dir):
         for entry, image in images.items():
             assert image.cubin.startswith(b"\x7fELF")
             step = program[image.steps[0]]
-            source, rendered = render_chain(step["attrs"]["ops"], len(step["inputs"]))
+            source, rendered = render_chain(chain_ops(step), len(step["inputs"]))
             assert rendered == entry
             functions[entry] = emulate.Function(source, entry, chain_arg_types(image.num_inputs), emu_dir)
             loaded[entry] = image

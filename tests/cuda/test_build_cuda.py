@@ -10,6 +10,7 @@ import pytest
 
 from infc.compiler import target
 from infc.compiler.build import BuildOptions, build
+from infc.compiler.codegen.chain_kernel import chain_ops
 from infc.compiler.codegen.compile import find_nvcc
 from infc.compiler.codegen.variants import variant_named
 from infc.compiler.plan.format import read_plan
@@ -65,10 +66,11 @@ def test_cuda_plan_matches_onnxruntime(model, tmp_path, stand_in_device):
     if EMULATED in cuda["kernels"]:
         assert launched.get(EMULATED)
     assert set(stand_in_device) == set(cuda["kernels"]) | set(cuda["chains"])  # every cubin loaded, from the plan
-    chain_steps = [i for i in range(len(plan.meta["program"])) if plan.meta["program"][i]["op"] == "ElementwiseChain"]
+    chain_steps = [i for i, step in enumerate(plan.meta["program"]) if chain_ops(step) is not None]
     absorbed = {i for entry in cuda["gemms"] for i in (entry.get("epilogue") or {}).get("absorbed", ())}
     compiled = sorted(i for info in cuda["chains"].values() for i in info["steps"])
-    assert compiled == [i for i in chain_steps if i not in absorbed]  # every float32 chain that still runs
+    assert compiled == [i for i in chain_steps if i not in absorbed]  # every float32 chain that still runs,
+    # and every standalone activation of SINGLE_OP_CHAINS
     assert placed["chain_launches"] == len(compiled) and placed["chain_kernels"] == len(compiled)
 
 

@@ -81,9 +81,11 @@ class DeviceExecutor:
         host_values = shape_values(steps, self._weights)
         placed = fold_cast_pairs(device_steps(steps, gemms), host_values, set(self.output_names))
         self._steps = [self._prepare(i, s, host_values, sites.get(i), launches or {}, islands or {}) for i, s in placed]
-        for step, (index, _) in zip(self._steps, placed):
+        for step, (index, program_step) in zip(self._steps, placed):
             if index in (chains or {}) and step.where == DEVICE:
                 step.ctx.chain = chains[index]
+                if program_step["op"] != "ElementwiseChain":  # a standalone activation's one-op chain kernel
+                    step.run = _chain_or(step.run)
         self._assign_frees()
 
     # ---- construction ----------------------------------------------------------------------------
@@ -213,6 +215,13 @@ class DeviceExecutor:
                 "chain_kernels": len(chains), "chain_launches": sum(c.launches for c in chains),
                 "rounding_steps": sum(s.label.startswith("infc.cuda.RoundTo") for s in self._steps),
                 "arena_bytes": self.arena.plan.arena_bytes if self.arena is not None else 0}
+
+
+def _chain_or(op: Callable) -> Callable:
+    """The step's chain kernel (one launch) where it applies (float32 inputs), else the array op."""
+    def run(inputs, attrs, ctx):
+        return [ctx.chain(inputs, ctx)] if ctx.chain.may_run(inputs) else op(inputs, attrs, ctx)
+    return run
 
 
 def shape_values(steps: list[dict], weights: dict) -> set[str]:
