@@ -105,6 +105,12 @@ def test_average_pool(attrs):
     check("", "AveragePool", [_normal(2, 3, 7, 8)], attrs)
 
 
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                                   {"kernel_shape": [2, 3], "pads": [0, 2, 1, 0]}])
+def test_max_pool_pads_with_minus_infinity(attrs):
+    check("", "MaxPool", [_normal(2, 3, 7, 8) - 10], attrs)  # all negative: a zero border would win
+
+
 @pytest.mark.parametrize("x_shape, w_shape, attrs", [
     ((2, 3, 9, 8), (5, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
     ((1, 4, 11, 10), (6, 4, 3, 2), {"strides": [2, 3], "pads": [1, 0, 2, 1], "dilations": [2, 1]}),
