@@ -90,7 +90,11 @@ class Variant:
 
 SIMT_TILES = ((128, 128, 8, 8, 8), (128, 64, 16, 8, 4), (64, 64, 16, 4, 4), (64, 32, 16, 4, 4))
 MMA_TILES = ((128, 128, 32, 2, 2, 4), (128, 256, 32, 2, 4, 3), (256, 128, 32, 4, 2, 3),
-             (128, 64, 64, 2, 2, 3), (64, 128, 32, 2, 2, 4), (64, 64, 64, 2, 2, 4))
+             (128, 64, 64, 2, 2, 3), (64, 128, 32, 2, 2, 4), (64, 64, 64, 2, 2, 4),
+             # BK = 64 on 8 warps: half the barriers and cp.async waits per FLOP of the BK = 32 tiles, which
+             # reached 0.39x cuBLAS on the H200 at 4096^3 (144 KB of shared memory, 253-255 registers, no
+             # spills; untimed until a device run). On 4 warps (128x128x64) the unrolled k-steps spill.
+             (128, 256, 64, 2, 4, 3), (256, 128, 64, 4, 2, 3))
 SKINNY_TILES = ((4, 1, 8, 4), (2, 1, 8, 4), (4, 1, 4, 2), (4, 2, 4, 2), (4, 4, 4, 2), (2, 4, 4, 4))
 # int8 weights: a 16-byte load holds 64 k instead of 32, so the same KU keeps half the bytes in
 # flight. Deeper KU for the decode shapes, where the H200 measured the int8 GEMV at 43-46% of the

@@ -23,6 +23,8 @@ CASES = [
     ("mma_bf16_128x128x32x2x2x4_plain", 136, 72, 200, {"eager": True}),
     ("mma_bf16_128x128x32x2x2x4_plain", 136, 72, 200, {"eager": False}),
     ("mma_f16_64x64x64x2x2x4_bias_swiglu_res_tof32", 70, 140, 136, {"eager": False}),
+    ("mma_bf16_128x256x64x2x4x3_tof32", 130, 264, 200, {"eager": False}),  # 8 warps, BK 64, tails on M, N, K
+    ("mma_f16_256x128x64x4x2x3_plain", 70, 130, 136, {"eager": True}),
     ("mma_bf16_128x128x32x2x2x4_silu", 20, 36, 72, {"eager": True}),
     ("mma_f16_128x128x32x2x2x4_bias_res", 17, 30, 48, {"eager": True}),
     ("skinny_bf16_4x1x8x4_plain", 5, 100, 1000, {}),
