@@ -95,7 +95,11 @@ MMA_TILES = ((128, 128, 32, 2, 2, 4), (128, 256, 32, 2, 4, 3), (256, 128, 32, 4,
              # reached 0.39x cuBLAS on the H200 at 4096^3 (144 KB of shared memory, 253-255 registers, no
              # spills; untimed until a device run). On 4 warps (128x128x64) the unrolled k-steps spill.
              (128, 256, 64, 2, 4, 3), (256, 128, 64, 4, 2, 3))
-SKINNY_TILES = ((4, 1, 8, 4), (2, 1, 8, 4), (4, 1, 4, 2), (4, 2, 4, 2), (4, 4, 4, 2), (2, 4, 4, 4))
+SKINNY_TILES = ((4, 1, 8, 4), (2, 1, 8, 4), (4, 1, 4, 2), (4, 2, 4, 2), (4, 4, 4, 2), (2, 4, 4, 4),
+                # NW = 8: every block re-reads the activation rows for its columns, so at M = 16 wider column
+                # groups halve that traffic per weight byte (the H200 run measured M = 16 at 60% of copy
+                # bandwidth, M = 1 at 74-89%); untimed until a device run
+                (8, 1, 8, 2), (8, 1, 4, 2))
 # int8 weights: a 16-byte load holds 64 k instead of 32, so the same KU keeps half the bytes in
 # flight. Deeper KU for the decode shapes, where the H200 measured the int8 GEMV at 43-46% of the
 # copy bandwidth with the 16-bit tiles' depth (untimed candidates until a device run picks them).

@@ -28,6 +28,7 @@ CASES = [
     ("mma_bf16_128x128x32x2x2x4_silu", 20, 36, 72, {"eager": True}),
     ("mma_f16_128x128x32x2x2x4_bias_res", 17, 30, 48, {"eager": True}),
     ("skinny_bf16_4x1x8x4_plain", 5, 100, 1000, {}),
+    ("skinny_bf16_8x1x8x2_plain", 16, 136, 1000, {"num_splits": 3}),  # NW 8: a partial column group
     ("skinny_bf16_4x1x8x4_bias_gelu_res", 16, 64, 2048, {"num_splits": 4}),
     ("skinny_f16_4x4x4x2_bias_swiglu_res_tof32", 50, 96, 520, {"num_splits": 3}),
     ("skinny_bf16_4x1x8x4_bias_relu", 1, 40, 96, {"num_splits": 2}),
