@@ -4,8 +4,9 @@
     pip install torch transformers onnxscript          # optional deps: this script only
     python scripts/export_hf_decoders.py [--models qwen2,llama] [--exporters ts,dynamo,optimum] [--out DIR]
 
-Each architecture is its transformers class built from a small config (2 layers, hidden 64, vocab
-256; no download), with seeded random weights, exported by:
+Each architecture (CONFIGS: 34 of them, Llama to Gemma 2, Falcon, OPT, GPT-J, ALiBi models infc must
+refuse) is its transformers class built from a small config (2 layers, hidden 64, vocab 256; no
+download), with seeded random weights, exported by:
 
   ts       torch.onnx.export (TorchScript exporter, opset 17) of a wrapper taking the past key/values
            as flat inputs past_key_values.{i}.key/value and returning present.{i}.key/value
@@ -14,7 +15,9 @@ Each architecture is its transformers class built from a small config (2 layers,
   optimum  optimum.exporters.onnx.main_export(task="text-generation-with-past"); optimum-onnx pins
            transformers < 4.58, so run this one from an environment that has it
 
-With --attn eager the models use transformers' eager attention instead of SDPA (folder suffix _eager).
+With --attn eager the models use transformers' eager attention instead of SDPA (folder suffix _eager);
+classes without SDPA (Gemma 2: its soft-cap) always export eager. Written for transformers 5
+(`rope_parameters`); some combinations do not export (cohere ts, mpt dynamo, falcon dynamo23).
 Writes DIR/{arch}_{exporter}/model.onnx (default DIR build/hf_decoders/, git-ignored) and checks each
 export in onnxruntime against transformers on a prompt and one decode step with its past.
 """
@@ -31,33 +34,94 @@ import onnx
 import onnxruntime as ort
 import torch  # optional dependencies of this script: torch, transformers (+ onnxscript, optimum-onnx)
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM
 
 COMMON = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 512,
           "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
-# model_type and the config fields that differ from COMMON; the mix covers GQA, q/k/v biases, tied
-# embeddings, fused projections, partial rotary and a learned position table.
+NO_GQA = ("num_key_value_heads",)  # architectures whose config has no grouped KV heads
+GPT2_NAMES = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+              "max_position_embeddings", "pad_token_id")  # configs that name them n_embd, n_layer, n_head, ...
+GPT2_SIZES = {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_inner": 128, "n_positions": 512}
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+# name: (model_type, the config fields that differ from COMMON, COMMON keys the config does not take).
+# The mix covers GQA and MQA, q/k/v biases, tied embeddings, fused projections (per-head interleaved
+# too), partial rotary, learned position tables (with an offset), q/k norms, parallel residuals,
+# scalar multipliers, logit soft-capping, rope scaling, sliding windows; and masks infc must refuse.
 CONFIGS = {
-    "qwen2": ("qwen2", {"tie_word_embeddings": False, "use_sliding_window": False}),
-    "llama": ("llama", {"tie_word_embeddings": True}),  # SmolLM / TinyLlama shape
-    "mistral": ("mistral", {"sliding_window": None, "tie_word_embeddings": False}),
-    # a sliding window shorter than any useful max_model_len: infc must refuse it, not drop it
-    "mistral_window": ("mistral", {"sliding_window": 24, "tie_word_embeddings": False}),
-    "phi3": ("phi3", {"partial_rotary_factor": 0.75, "tie_word_embeddings": False}),  # Phi-3.5 / Phi-4-mini
-    "gpt2": ("gpt2", {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_inner": 128, "n_positions": 512,
-                      "vocab_size": 256, "bos_token_id": 1, "eos_token_id": 2}),
+    "qwen2": ("qwen2", {"tie_word_embeddings": False, "use_sliding_window": False}, ()),
+    "llama": ("llama", {"tie_word_embeddings": True}, ()),  # SmolLM / TinyLlama shape
+    "llama3_rope": ("llama", {"rope_parameters": LLAMA3_ROPE, "tie_word_embeddings": False}, ()),  # Llama 3.x
+    # rotary frequencies picked by the step's longest position (past original_max: the long ones):
+    # Phi-3.5-mini, Phi-4-mini (longrope); dynamic NTK scaling
+    "phi3_longrope": ("phi3", {"partial_rotary_factor": 0.75, "original_max_position_embeddings": 64, "rope_parameters": {
+        "rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75, "original_max_position_embeddings": 64,
+        "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 3.0], "long_factor": [1.0, 1.5, 2.5, 4.0, 8.0, 16.0]}}, ()),
+    # (dynamic NTK does not export through dynamo; TorchScript traces the frequencies of the trace's length)
+    "llama_dynamic_rope": ("llama", {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0},
+                                     "max_position_embeddings": 64}, ()),
+    "mistral": ("mistral", {"sliding_window": None, "tie_word_embeddings": False}, ()),
+    # a sliding window shorter than any useful max_model_len: infc must page it, not drop it
+    "mistral_window": ("mistral", {"sliding_window": 24, "tie_word_embeddings": False}, ()),
+    "phi3": ("phi3", {"partial_rotary_factor": 0.75, "tie_word_embeddings": False}, ()),  # Phi-3.5 / Phi-4-mini
+    "gpt2": ("gpt2", GPT2_SIZES, GPT2_NAMES),
+    # embeddings scaled by sqrt(hidden), RMSNorm as x * (1 + w), GeGLU, an explicit head_dim
+    "gemma": ("gemma", {"head_dim": 16, "num_key_value_heads": 1}, ()),
+    # + soft-capped attention logits and final logits, query_pre_attn_scalar, pre/post norms, and a
+    # sliding window on every other layer (longer than any max_model_len here: plain causal)
+    "gemma2": ("gemma2", {"head_dim": 16, "query_pre_attn_scalar": 24, "attn_logit_softcapping": 3.0,
+                          "final_logit_softcapping": 5.0, "sliding_window": 4096}, ()),
+    "gemma2_window": ("gemma2", {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 24}, ()),
+    "qwen3": ("qwen3", {"head_dim": 16, "tie_word_embeddings": True}, ()),  # RMSNorm on each head's q and k
+    # partial rotary (a quarter of the head), q/k/v biases
+    "stablelm": ("stablelm", {"partial_rotary_factor": 0.25, "use_qkv_bias": True}, ()),
+    # Pythia: fused QKV laid out per head, partial rotary, parallel residual, biases
+    "gpt_neox": ("gpt_neox", {"partial_rotary_factor": 0.25, "use_parallel_residual": True,
+                              "tie_word_embeddings": False}, NO_GQA),
+    # phi-2: parallel attention and MLP off one LayerNorm, half rotary, gelu_new, biases
+    "phi": ("phi", {"partial_rotary_factor": 0.5, "num_key_value_heads": 4}, ()),
+    # learned positions read at position_ids + 2, ReLU MLP, biases everywhere
+    "opt": ("opt", {"ffn_dim": 128, "word_embed_proj_dim": 64, "pad_token_id": 1}, NO_GQA + ("intermediate_size",)),
+    # falcon-7b: one KV head (multi-query), fused QKV, parallel attention
+    "falcon": ("falcon", {"num_kv_heads": 1, "multi_query": True, "parallel_attn": True, "ffn_hidden_size": 128,
+                          "alibi": False, "new_decoder_architecture": False}, NO_GQA + ("intermediate_size",)),
+    # ALiBi positions: a bias paged attention does not add, so infc must refuse them (falcon-rw's
+    # alibi=True does not export: its bfloat16 slopes become complex numbers in onnxruntime)
+    "bloom": ("bloom", {"n_head": 4, "n_layer": 2}, GPT2_NAMES),
+    "mpt": ("mpt", {"d_model": 64, "n_heads": 4, "n_layers": 2, "expansion_ratio": 2, "max_seq_len": 512}, GPT2_NAMES),
+    "olmo": ("olmo", {"clip_qkv": 8.0}, ()),  # LayerNorm without weights, clamped q/k/v
+    "olmo2": ("olmo2", {}, ()),  # RMSNorm over all heads' q and k, norms after attention and MLP
+    # granite-3: embedding, attention, residual and logit multipliers instead of the usual constants
+    "granite": ("granite", {"embedding_multiplier": 12.0, "attention_multiplier": 0.2, "residual_multiplier": 0.22,
+                            "logits_scaling": 8.0}, ()),
+    "starcoder2": ("starcoder2", {"sliding_window": None, "use_bias": True}, ()),  # LayerNorm, biases, GQA
+    # interleaved partial rotary (every other channel pair) and parallel residual; codegen's fused
+    # QKV is split in 4 model-parallel groups
+    "gptj": ("gptj", {**GPT2_SIZES, "rotary_dim": 8}, GPT2_NAMES),
+    "codegen": ("codegen", {**GPT2_SIZES, "rotary_dim": 8}, GPT2_NAMES),
+    "gpt_bigcode": ("gpt_bigcode", {**GPT2_SIZES, "multi_query": True}, GPT2_NAMES),  # StarCoder 1: MQA, fused KV
+    # local attention on every other layer, windowed at 512 (beyond max_model_len here); unscaled scores
+    "gpt_neo": ("gpt_neo", {"num_layers": 2, "num_heads": 4, "attention_types": [[["global", "local"], 1]],
+                            "window_size": 512}, ("num_hidden_layers", "num_attention_heads", "num_key_value_heads")),
+    "cohere": ("cohere", {"logit_scale": 0.25}, ()),  # interleaved rotary, parallel block, LayerNorm without bias
+    # q/k norms, sliding layers (window beyond max_model_len) with their own rope base
+    "gemma3": ("gemma3_text", {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 4096}, ()),
+    "gemma3_window": ("gemma3_text", {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 32}, ()),
+    "smollm3": ("smollm3", {"no_rope_layer_interval": 2}, ()),  # every other layer without rotary (NoPE)
+    "nemotron": ("nemotron", {"head_dim": 16, "partial_rotary_factor": 0.5}, ()),  # relu^2, LayerNorm1P
+    "persimmon": ("persimmon", {"partial_rotary_factor": 0.5, "qk_layernorm": True}, NO_GQA),
 }
-GPT2_DROP = {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-             "num_key_value_heads", "max_position_embeddings", "pad_token_id"}
 CHECK_TOL = 1e-4
 
 
 def make_model(arch: str, attn: str = "sdpa", **overrides) -> nn.Module:
-    model_type, fields = CONFIGS[arch]
-    common = {k: v for k, v in COMMON.items() if model_type != "gpt2" or k not in GPT2_DROP}
+    model_type, fields, dropped = CONFIGS[arch]
+    common = {k: v for k, v in COMMON.items() if k not in dropped}
     config = AutoConfig.for_model(model_type, **{**common, **fields, **overrides})
     torch.manual_seed(sum(map(ord, arch)))
+    if not MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]._supports_sdpa:  # gemma2: eager (its softcap) only
+        attn = "eager"
     model = AutoModelForCausalLM.from_config(config, attn_implementation=attn).eval()
     with torch.no_grad():  # weights large enough that greedy tokens are decisive, norms not all ones
         for name, p in model.named_parameters():
@@ -67,10 +131,12 @@ def make_model(arch: str, attn: str = "sdpa", **overrides) -> nn.Module:
 
 
 def kv_shape(model) -> tuple[int, int, int]:
-    c = model.config
-    heads = getattr(c, "num_attention_heads", None) or c.n_head
-    kv_heads = getattr(c, "num_key_value_heads", None) or heads
-    return c.num_hidden_layers, kv_heads, getattr(c, "head_dim", None) or c.hidden_size // heads
+    """(layers, KV heads, head size), read off the cache of a one-token run: configs name them
+    differently (num_key_value_heads, num_kv_heads + multi_query, n_head, head_dim or not)."""
+    with torch.no_grad():
+        cache = model(torch.tensor([[1]]), use_cache=True).past_key_values
+    keys = [layer.keys for layer in cache.layers] if hasattr(cache, "layers") else list(cache.key_cache)
+    return len(keys), keys[0].shape[1], keys[0].shape[3]
 
 
 def kv_names(num_layers: int) -> tuple[list[str], list[str]]:
@@ -86,7 +152,7 @@ class FlatPast(nn.Module):
         self.model = model
 
     def forward(self, input_ids, attention_mask, position_ids, *past):
-        from transformers import DynamicCache  # noqa: PLC0415
+        from transformers import DynamicCache
 
         cache = DynamicCache()
         for i in range(len(past) // 2):
@@ -108,7 +174,7 @@ def export_torch(model, path: Path, dynamo: bool, opset: int | None = None) -> N
             "attention_mask": {0: "batch_size", 1: "total_sequence_length"}, "logits": {0: "batch_size", 1: "sequence_length"},
             **{n: {0: "batch_size", 2: "past_sequence_length"} for n in past},
             **{n: {0: "batch_size", 2: "total_sequence_length"} for n in present}}
-    names = dict(input_names=["input_ids", "attention_mask", "position_ids", *past], output_names=["logits", *present])
+    names = {"input_names": ["input_ids", "attention_mask", "position_ids", *past], "output_names": ["logits", *present]}
     with torch.no_grad():
         if not dynamo:
             torch.onnx.export(FlatPast(model).eval(), args, str(path), dynamo=False, opset_version=opset or 17,
@@ -122,7 +188,8 @@ def export_torch(model, path: Path, dynamo: bool, opset: int | None = None) -> N
 
 
 def export_optimum(model, path: Path) -> None:
-    from optimum.exporters.onnx import main_export  # noqa: PLC0415 - optional, needs transformers < 4.58
+    # imported here: optional, and optimum-onnx needs transformers < 4.58
+    from optimum.exporters.onnx import main_export
 
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp)
@@ -158,7 +225,7 @@ EXPORTERS = {"ts": lambda m, p: export_torch(m, p, dynamo=False), "dynamo": lamb
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(CONFIGS), help=f"comma-separated, of {', '.join(CONFIGS)}")
-    parser.add_argument("--exporters", default="ts,dynamo,optimum", help="comma-separated, of ts, dynamo, optimum")
+    parser.add_argument("--exporters", default="ts,dynamo,optimum", help="comma-separated, of ts, dynamo, dynamo23, optimum")
     parser.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"),
                         help="transformers attention implementation (default sdpa, what exports get by default)")
     parser.add_argument("--out", default="build/hf_decoders", help="output folder (default build/hf_decoders)")

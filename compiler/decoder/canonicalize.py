@@ -75,7 +75,9 @@ def _replace(graph: gs.Graph, site: Site, layer: int, extra: list[gs.Tensor], na
     node.outputs = []
     node.inputs = []
     graph.nodes.append(gs.Node("PagedAttention", names(f"paged_attention_{layer}"), domain=DOMAIN,
-                               attrs={"num_heads": n, "kv_num_heads": site.kv_num_heads, "scale": site.scale, "layer": layer},
+                               attrs={"num_heads": n, "kv_num_heads": site.kv_num_heads, "scale": site.scale, "layer": layer,
+                                      **({"softcap": site.softcap} if site.softcap else {}),
+                                      **({"window": site.window} if site.window else {})},
                                inputs=[q, site.k_new, site.v_new, *extra], outputs=[out]))
     if site.q_is_4d:
         out = _node(graph, names, "Reshape", [out, _const(names, [0, 0, n, h])])

@@ -1,10 +1,12 @@
-"""Proving that each attention's mask is the plain causal one before paging drops it.
+"""Proving that each attention's mask is causal, or causal within a sliding window, before paging
+drops it.
 
-The paged form keeps no mask: PagedAttention lets token q of a sequence see its keys 0..P+q. That is
-only the model's own attention when the graph's mask is exactly causal for every past length P the
-plan can hold. A sliding window shorter than decode.max_model_len, ALiBi or any other bias would be
-lost silently, so the build runs the mask subgraph on a few (P, S) probes up to max_model_len and
-refuses what differs."""
+The paged form keeps no mask: PagedAttention lets token q of a sequence see its keys 0..P+q, or with
+a window W the last W of them, P+q-W < k <= P+q (Mistral, Gemma 2 and 3, Qwen2: transformers'
+sliding_window). That is only the model's own attention when the graph's mask is exactly that for
+every past length P the plan can hold. ALiBi or any other bias would be lost silently, so the build
+runs the mask subgraph on a few (P, S) probes up to max_model_len, reads each layer's window off
+them (the same in every probe where it shows) and refuses what is neither."""
 
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ def probes(max_model_len: int, max_batched_tokens: int) -> list[tuple[int, int]]
     return sorted({(0, prefill), (max(0, max_model_len - 5), min(5, max_model_len)), (max_model_len - 1, 1)})
 
 
-def check_causal_masks(graph: gs.Graph, sites: list[Site], max_model_len: int, max_batched_tokens: int) -> None:
+def check_causal_masks(graph: gs.Graph, sites: list[Site], max_model_len: int, max_batched_tokens: int) -> list[int]:
+    """Each site's sliding window in keys, 0 where none shows within max_model_len."""
     for site in sites:
         if site.bias is None:
             raise BadInput(f"not a recognized decoder: attention '{site.node.name}' has no mask, so its prefill "
@@ -43,15 +46,29 @@ def check_causal_masks(graph: gs.Graph, sites: list[Site], max_model_len: int, m
     executor = Executor(program.steps, program.weights, program.opset, program.islands,
                         output_names=[t.name for t in sub.outputs])
     past = {t.name: s for s in sites for t in s.past}
+    windows: dict[int, set[tuple[int, int]]] = {id(site): set() for site in sites}
     for num_past, num_new in probes(max_model_len, max_batched_tokens):
         feeds = {t.name: _feed(t, num_past, num_new, past.get(t.name)) for t in sub.inputs}
         outputs = executor.run(feeds)
         for site in sites:
-            reason = _not_causal(np.asarray(outputs[site.bias.name]), num_past, num_new)
+            window, reason = _window_of(np.asarray(outputs[site.bias.name]), num_past, num_new)
             if reason:
                 raise BadInput(f"not a recognized decoder: attention '{site.node.name}': with {num_past} past and "
-                               f"{num_new} new tokens its mask {reason}; paged attention is plain causal (a sliding "
-                               "window shorter than decode.max_model_len, ALiBi or another bias?)")
+                               f"{num_new} new tokens its mask {reason}; paged attention is causal, within a "
+                               "sliding window or not (ALiBi or another bias?)")
+            windows[id(site)].add((window, num_past + num_new))
+    return [_one_window(site, windows[id(site)]) for site in sites]
+
+
+def _one_window(site: Site, seen: set[tuple[int, int]]) -> int:
+    """The window every probe agrees on, from (window, keys of its longest row) per probe: a probe
+    that no window cut (0) must be one the window does not reach."""
+    limited = {w for w, _ in seen if w}
+    reach = max((total for w, total in seen if not w), default=0)
+    if len(limited) > 1 or limited and reach > min(limited):
+        raise BadInput(f"not a recognized decoder: attention '{site.node.name}': its mask's sliding window changes "
+                       f"with the past length ({sorted(limited)} keys, none over {reach})")
+    return limited.pop() if limited else 0
 
 
 def _feed(t: gs.Tensor, num_past: int, num_new: int, site: Site | None) -> np.ndarray:
@@ -67,19 +84,25 @@ def _feed(t: gs.Tensor, num_past: int, num_new: int, site: Site | None) -> np.nd
     raise BadInput(f"not a recognized decoder: the attention mask reads input '{t.name}'")
 
 
-def _not_causal(bias: np.ndarray, num_past: int, num_new: int) -> str | None:
-    """None when the bias (or boolean mask) is causal: 0 (True) where key k <= num_past + q, else
-    <= MASKED (False)."""
+def _window_of(bias: np.ndarray, num_past: int, num_new: int) -> tuple[int, str | None]:
+    """(W, None) when the bias (or boolean mask) is causal within a window of W keys: 0 (True) where
+    num_past + q - W < k <= num_past + q, else <= MASKED (False); W = 0 when no query row is cut short.
+    (0, reason) otherwise."""
     total = num_past + num_new
     try:
         bias = np.broadcast_to(bias, bias.shape[:-2] + (num_new, total))
     except ValueError:
-        return f"has shape {list(bias.shape)}, not (.., {num_new}, {total})"
-    allowed = np.arange(total)[None, :] <= num_past + np.arange(num_new)[:, None]
-    if bias.dtype == np.bool_:
-        ok_allowed, ok_masked = bias[..., allowed].all(), not bias[..., ~allowed].any()
-    else:
-        ok_allowed, ok_masked = (bias[..., allowed] == 0).all(), (bias[..., ~allowed] <= MASKED).all()
-    if not ok_allowed:
-        return "hides or biases keys that causal attention sees"
-    return None if ok_masked else "lets a query see keys after it"
+        return 0, f"has shape {list(bias.shape)}, not (.., {num_new}, {total})"
+    keys, last = np.arange(total)[None, :], num_past + np.arange(num_new)[:, None]  # each row's own position
+    allowed = bias if bias.dtype == np.bool_ else bias == 0
+    masked = ~bias if bias.dtype == np.bool_ else bias <= MASKED
+    if (allowed & (keys > last)).any():
+        return 0, "lets a query see keys after it"
+    if not (allowed | masked).all():
+        return 0, "hides or biases keys that causal attention sees"
+    seen = allowed.sum(axis=-1)  # keys each row sees, and how many causal attention would
+    cut = seen < last[:, 0] + 1
+    window = int(seen[cut].min()) if cut.any() else 0
+    if window == 0 and cut.any() or cut.any() and not (allowed == (keys > last - window) & (keys <= last)).all():
+        return 0, "hides or biases keys that causal attention sees"
+    return window, None

@@ -36,15 +36,18 @@ from ..target import cpu_fingerprint
 from .batch_invariant import use_batch_invariant_gemms
 from .canonicalize import canonicalize
 from .mask_check import check_causal_masks
+from .pipeline import DECODER_PIPELINE
+from .position_reductions import fold_position_reductions
 from .sites import find_sites
 
 PLAN_KIND = "decoder"
+NOT_RECOGNIZED = "not a recognized decoder"
 DECODER_PRECISIONS = ("fp32", "w8")
 
 
 def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profile, output: Path, options,
                        log=lambda msg: None) -> dict:
-    from ..build import _summary, cache_front, weights_section  # noqa: PLC0415 - build imports us
+    from ..build import _summary, cache_front, weights_section  # here: build imports us
 
     started = time.perf_counter()
     if options.precision not in DECODER_PRECISIONS:
@@ -52,25 +55,19 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
                        "(w8: int8 weights; activations stay fp32)")
     tokenizer = _tokenizer(model_path)
     fingerprint = cpu_fingerprint()
-    key_options = {**options.key_options(), "decoder": 2,
+    key_options = {**options.key_options(), "decoder": 3,
                    "tokenizer": hashlib.sha256(tokenizer).hexdigest() if tokenizer else None}
     cache, components, lookup, report, hit = cache_front(model_path, profile, key_options, fingerprint, options,
                                                           output, started, log)
     if hit:
         return hit
 
-    original_inputs = [value_info(t) for t in import_graph(model).inputs]
-    optimized = optimize_model(model)
-    graph = import_graph(optimized.model)
-    sites = find_sites(graph, _attention_rejections(optimized))
-    past = {t.name for s in sites for t in s.past}
-    check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past)
-    decoder = _spec(sites, profile, optimized.model, [t for t in graph.outputs if not _is_present(t, sites)])
-    check_causal_masks(graph, sites, decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
-    decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"]))
-    program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
-    use_batch_invariant_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
-    _smoke_run(program, decoder)
+    try:
+        program, decoder = _paged_program(model, profile, options)
+    except BadInput as e:  # name the model, as every bad-input error names its file
+        if str(e).startswith(NOT_RECOGNIZED):
+            raise BadInput(f"{model_path}: {e}") from None
+        raise
     precision = weight_only_int8(program, decoder, tokenizer, log) if options.precision == "w8" else None
     if tokenizer is None:
         log("no tokenizer.json next to the model: the plan runs token ids only")
@@ -91,6 +88,28 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
             **({"precision": precision} if precision else {})}
 
 
+def _paged_program(model: onnx.ModelProto, profile: Profile, options):
+    """Optimize, find the attention sites, prove what paging drops, page, lower, smoke-run."""
+    original_inputs = [value_info(t) for t in import_graph(model).inputs]
+    _check_float32(model)
+    optimized = optimize_model(model, DECODER_PIPELINE)
+    graph = import_graph(optimized.model)
+    sites = find_sites(graph, _attention_rejections(optimized))
+    past = {t.name for s in sites for t in s.past}
+    check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past)
+    decoder = _spec(sites, profile, optimized.model, [t for t in graph.outputs if not _is_present(t, sites)])
+    fold_position_reductions(graph, decoder["max_model_len"])
+    windows = check_causal_masks(graph, sites, decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
+    for site, window in zip(sites, windows):
+        site.window = window
+    decoder["sliding_windows"] = windows if any(windows) else None
+    decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"]))
+    program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
+    use_batch_invariant_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
+    _smoke_run(program, decoder)
+    return program, decoder
+
+
 def weight_only_int8(program, decoder: dict, tokenizer: bytes | None, log) -> dict:
     """Quantize the GEMM weights in place, but for the most sensitive ones (quantize/w8_sensitivity.py);
     the plan's accuracy entry: greedy-token agreement of the w8 program with the fp32 one on a few
@@ -105,6 +124,17 @@ def weight_only_int8(program, decoder: dict, tokenizer: bytes | None, log) -> di
     greedy = greedy_agreement(reference, program, decoder)
     return {"precision": "w8", "compute": W8_COMPUTE, "w8": w8.to_json(),
             "accuracy": {"reference": "the fp32 program", "greedy": greedy, "sensitivity": sensitivity.to_json()}}
+
+
+def _check_float32(model: onnx.ModelProto) -> None:
+    """Decoder plans compute in float32 with a float32 KV cache: a half-precision export (model.half()
+    before torch.onnx.export) is refused up front, before its casts hide the attention."""
+    outputs = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
+    half = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
+    kind = next((half[t] for t in outputs.values() if t in half), None)
+    if kind:
+        raise BadInput(f"{NOT_RECOGNIZED}: its outputs are {kind}; decoder plans run float32 exports "
+                       "(export the model in float32, and use --precision w8 for smaller weights)")
 
 
 def _attention_rejections(optimized) -> dict[str, int]:

@@ -6,7 +6,7 @@
                  [Unsqueeze(2) ─► Expand ─► Reshape]      repeat_kv, only with grouped KV heads
                                ▼
     q ─► com.microsoft.MultiHeadAttention(q (B,S,N*H), k, v, attention_bias=mask)
-         or ONNX Attention(q (B,N,S,H) or (B,S,N*H), k, v, mask)
+         or ONNX Attention(q (B,N,S,H) or (B,S,N*H), k, v, mask, softcap=c?)
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class Site:
     head_dim: int
     scale: float
     bias: gs.Tensor | None  # the additive (or boolean) mask; mask_check.py proves it causal
+    softcap: float = 0.0  # scores -> softcap * tanh(scores / softcap) before the mask, when > 0
+    window: int = 0  # a sliding window: each query sees its last `window` keys (mask_check.py finds it)
 
     @property
     def q_is_4d(self) -> bool:
@@ -83,8 +85,9 @@ def site_of(node: gs.Node, graph_inputs: set[int]) -> tuple[Site | None, str | N
     inputs = [None if t.is_empty() else t for t in node.inputs] + [None] * 8
     if node.op == "MultiHeadAttention" and any(inputs[i] is not None for i in (3, 4, 6, 7)):
         return None, "MultiHeadAttention has a QKV bias, key padding or past inputs"
-    if node.op == "Attention" and (inputs[4] is not None or node.attrs.get("softcap", 0.0)):
-        return None, "Attention has past inputs or a softcap"
+    if node.op == "Attention" and inputs[4] is not None:
+        return None, "Attention has past inputs"
+    softcap = max(0.0, float(node.attrs.get("softcap", 0.0)))  # ONNX: none unless positive
     if node.attrs.get("is_causal", 0):  # ONNX aligns it to the upper left: wrong once there is a past
         return None, "Attention has is_causal set"
     if len([o for o in node.outputs if not o.is_empty()]) != 1:
@@ -104,8 +107,34 @@ def site_of(node: gs.Node, graph_inputs: set[int]) -> tuple[Site | None, str | N
     bias = inputs[5] if node.op == "MultiHeadAttention" else inputs[3]
     site = Site(node, q, k_concat.inputs[1], v_concat.inputs[1], (past_k, past_v),
                 (k_concat.outputs[0], v_concat.outputs[0]), int(num_heads), kv_heads, head_dim, float(scale),
-                bias)
+                bias, softcap)
     return site, None
+
+
+SCORE_PRODUCTS = {"MatMul", "FusedMatMul", "Gemm", "Einsum"}
+CHAIN_DEPTH = 8  # ops walked back from an unfused Softmax to the Q·K product
+
+
+def _to_product(t: gs.Tensor, depth: int) -> list[str] | None:
+    """Ops from the Q·K product to `t` (shortest path through first inputs and others), or None."""
+    node = _producer(t)
+    if node is None or depth == 0:
+        return None
+    if node.op in SCORE_PRODUCTS:
+        return [node.op]
+    paths = [p for p in (_to_product(i, depth - 1) for i in node.inputs if not isinstance(i, gs.Constant)) if p]
+    return min(paths, key=len) + [node.op] if paths else None
+
+
+def unfused_scores(graph: gs.Graph) -> str | None:
+    """What the first Softmax that reads a product reads, as `MatMul -> Mul -> Add -> Softmax`:
+    shows the user which form of attention was not recognized (an extra Add is a position bias)."""
+    for node in graph.nodes:
+        chain = _to_product(node.inputs[0], CHAIN_DEPTH) if node.op == "Softmax" else None
+        if chain:
+            rank = len(node.inputs[0].shape) if node.inputs[0].shape is not None else None
+            return f"Softmax '{node.name}' reads {' -> '.join(chain)} -> Softmax{f' ({rank}-D scores)' if rank else ''}"
+    return None
 
 
 def find_sites(graph: gs.Graph, fusion_rejections: dict[str, int]) -> list[Site]:
@@ -115,7 +144,10 @@ def find_sites(graph: gs.Graph, fusion_rejections: dict[str, int]) -> list[Site]
     nodes = [n for n in graph.nodes if ((n.domain or "").replace("ai.onnx", ""), n.op) in ATTENTION_OPS]
     if not nodes:
         reasons = "; ".join(f"{r} (x{n})" for r, n in fusion_rejections.items()) or "no attention pattern found"
-        raise BadInput(f"not a recognized decoder: no attention node fused: {reasons}")
+        scores = unfused_scores(graph)
+        hint = (f"; {scores}, where infc pages MatMul -> scale -> [soft-cap] -> [mask] -> Softmax on 4-D (B, N, S, T) "
+                "scores (other terms, as an ALiBi position bias, are not supported)") if scores else ""
+        raise BadInput(f"not a recognized decoder: no attention node fused: {reasons}{hint}")
     sites = []
     for node in nodes:
         site, reason = site_of(node, graph_inputs)

@@ -8,8 +8,8 @@ tokens, K/V in a block pool it owns (decode_api.ModelRunner).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

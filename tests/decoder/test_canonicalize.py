@@ -108,3 +108,14 @@ def test_decoder_plans_are_fp32(tmp_path):
     with pytest.raises(BadInput, match="--precision fp16: decoder plans are fp32"):
         build(str(FIXTURES / "llama_ts.onnx"), str(PROFILES / "llama_decode.yaml"), str(tmp_path / "x.plan"),
               BuildOptions(precision="fp16", use_cache=False, show_progress=False))
+
+
+def test_a_half_precision_export_fails_the_build_saying_so(tmp_path):
+    model = onnx.load(FIXTURES / "llama_ts.onnx")  # as if exported after model.half(): float16 logits
+    logits = model.graph.output[0]
+    model.graph.node.append(onnx.helper.make_node("Cast", [logits.name], ["logits_fp16"], to=onnx.TensorProto.FLOAT16))
+    logits.name, logits.type.tensor_type.elem_type = "logits_fp16", onnx.TensorProto.FLOAT16
+    onnx.save(model, tmp_path / "half.onnx")
+    with pytest.raises(BadInput, match=r"half.onnx: not a recognized decoder: its outputs are float16"):
+        build(str(tmp_path / "half.onnx"), str(PROFILES / "llama_decode.yaml"), str(tmp_path / "x.plan"),
+              BuildOptions(use_cache=False, show_progress=False))

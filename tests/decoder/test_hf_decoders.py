@@ -1,37 +1,58 @@
 """Decoder plans of real Hugging Face model classes, exported as users export them (tests/models/hf/,
 made by tests/models/make_hf_fixtures.py): greedy tokens match onnxruntime running the original export
-with its past-KV loop, and a mask that is not plain causal (a sliding window) fails the build.
+with its past-KV loop; masks paged attention cannot express (ALiBi) fail the build.
 
     qwen2_optimum   Optimum text-generation-with-past: SDPA with sqrt-scaled q and k, NaN guard
                        after Softmax, grouped KV heads, q/k/v biases
     phi3_dynamo     torch.onnx.export(dynamo=True): fused qkv_proj / gate_up_proj, partial rotary,
                        K transposed through 3-D Reshapes, dims read from other inputs' shapes
     gpt2_ts         TorchScript exporter of GPT2LMHeadModel: Conv1D projections, learned positions
+    gemma2_ts       eager attention soft-capped inside (c * tanh(s / c), paged with a softcap at opset
+                       17), final logit soft-cap, sliding-window layers (window > max_model_len)
+    falcon_dynamo   multi-query: one K/V head broadcast by the MatMuls (no repeat_kv), fused QKV,
+                       attention and MLP in parallel
+    qwen3_dynamo    RMSNorm on each head's q and k before rotary
+    gpt_neox_ts     Pythia: fused QKV laid out per head, rotary on a quarter of each head, parallel residual
+    gptj_ts         interleaved partial rotary (left unfused: the graph's own ops)
+    opt_ts          learned positions read at position_ids + 2, embeddings projected 64 <-> 32
+    granite_dynamo  embedding, attention, residual and logit multipliers
+    phi3_longrope_dynamo  longrope: rotary frequencies picked by the step's largest position (long
+                       past 64): built exactly up to max_model_len 64, refused past it
+    mistral_window_ts     a sliding window of 24 keys, paged with it
+and refusals that name their reason: ALiBi (bloom_ts).
 """
 
 import numpy as np
 import pytest
 
-from infc.compiler.decoder.mask_check import _not_causal, probes
+from infc.compiler.decoder.mask_check import _window_of, probes
 from infc.compiler.errors import BadInput
+from infc.compiler.plan.format import read_plan
 from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.testing import FIXTURES
 
 from .conftest import PROFILES, assert_greedy_matches_ort, build_plan, prompts, runner_greedy
 
 HF = FIXTURES / "hf"
-HF_DECODERS = ("qwen2_optimum", "phi3_dynamo", "gpt2_ts")
+HF_DECODERS = ("qwen2_optimum", "phi3_dynamo", "gpt2_ts", "gemma2_ts", "falcon_dynamo", "qwen3_dynamo", "gpt_neox_ts",
+               "gptj_ts", "opt_ts", "granite_dynamo")
 NUM_REQUESTS, NUM_TOKENS = 4, 32
+
+
+def _profile(folder, max_model_len: int):
+    """llama_decode.yaml within `max_model_len` positions."""
+    path = folder / f"decode_{max_model_len}.yaml"
+    text = (PROFILES / "llama_decode.yaml").read_text()
+    path.write_text(text.replace("max_model_len: 512", f"max_model_len: {max_model_len}")
+                    .replace("max: 256", f"max: {max_model_len}")
+                    .replace("max_num_batched_tokens: 256", f"max_num_batched_tokens: {max_model_len}"))
+    return path
 
 
 @pytest.fixture(scope="module")
 def profile(tmp_path_factory):
-    """llama_decode.yaml within the fixtures' 128 positions."""
-    path = tmp_path_factory.mktemp("hf_profile") / "decode.yaml"
-    text = (PROFILES / "llama_decode.yaml").read_text()
-    path.write_text(text.replace("max_model_len: 512", "max_model_len: 128").replace("max: 256", "max: 128")
-                    .replace("max_num_batched_tokens: 256", "max_num_batched_tokens: 128"))
-    return path
+    """Within the fixtures' 128 positions."""
+    return _profile(tmp_path_factory.mktemp("hf_profile"), 128)
 
 
 @pytest.mark.parametrize("name", HF_DECODERS)
@@ -42,24 +63,59 @@ def test_greedy_tokens_match_onnxruntime(name, profile, tmp_path):
     assert_greedy_matches_ort(HF / f"{name}.onnx", requests, tokens, logits, NUM_TOKENS)
 
 
-def test_a_sliding_window_shorter_than_max_model_len_fails_the_build(profile, tmp_path):
-    with pytest.raises(BadInput, match=r"with 0 past and 64 new tokens its mask hides or biases keys .*sliding window"):
-        build_plan(HF / "mistral_window_ts.onnx", profile, tmp_path)
+def test_soft_capped_attention_is_paged_with_its_cap(profile, tmp_path):
+    plan = read_plan(build_plan(HF / "gemma2_ts.onnx", profile, tmp_path))
+    program = plan.meta["program"]
+    assert [s["attrs"].get("softcap") for s in program if s["op"] == "PagedAttention"] == [3.0, 3.0]
+    chained = [o["op"] for s in program if s["op"] == "ElementwiseChain" for o in s["attrs"]["ops"]]
+    assert "Tanh" in [s["op"] for s in program] + chained  # the final logit cap stays the graph's own
 
 
-def test_causal_mask_check_on_masks_it_must_accept_and_refuse():
+def test_rope_picked_by_the_longest_position_builds_only_where_it_cannot_change(profile, tmp_path):
+    with pytest.raises(BadInput, match=r"largest position of a step .* at position 64 .*max_model_len must be at most 64"):
+        build_plan(HF / "phi3_longrope_dynamo.onnx", profile, tmp_path)
+    plan = build_plan(HF / "phi3_longrope_dynamo.onnx", _profile(tmp_path, 64), tmp_path)
+    assert "ReduceMax" not in [s["op"] for s in read_plan(plan).meta["program"]]  # folded: short factors throughout
+    runner = load_model_runner(plan)
+    requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1, max_len=30)
+    tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, budget=64)
+    assert_greedy_matches_ort(HF / "phi3_longrope_dynamo.onnx", requests, tokens, logits, NUM_TOKENS)
+
+
+def test_alibi_fails_the_build_naming_it(profile, tmp_path):
+    with pytest.raises(BadInput, match=r"no attention node fused: .* -> Add -> Reshape -> Add -> Softmax .*ALiBi"):
+        build_plan(HF / "bloom_ts.onnx", profile, tmp_path)
+
+
+def test_a_sliding_window_shorter_than_max_model_len_is_paged_with_it(profile, tmp_path):
+    plan = build_plan(HF / "mistral_window_ts.onnx", profile, tmp_path)
+    assert read_plan(plan).meta["decoder"]["sliding_windows"] == [24]
+    runner = load_model_runner(plan)
+    requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1, max_len=90)  # well past the window
+    tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, chunk_sizes=[17, 40, 9, 64], budget=96)
+    assert_greedy_matches_ort(HF / "mistral_window_ts.onnx", requests, tokens, logits, NUM_TOKENS)
+
+
+def _mask(allowed: np.ndarray) -> np.ndarray:
+    return np.where(allowed, 0.0, np.finfo(np.float32).min).astype(np.float32)[None, None]
+
+
+def test_mask_check_reads_causal_masks_and_windows_and_refuses_the_rest():
     past, new = 3, 4
-    allowed = np.arange(past + new)[None, :] <= past + np.arange(new)[:, None]
-    causal = np.where(allowed, 0.0, np.finfo(np.float32).min).astype(np.float32)[None, None]
-    assert _not_causal(causal, past, new) is None
-    assert _not_causal(np.where(allowed, 0.0, -np.inf)[None, None], past, new) is None
-    assert _not_causal(allowed[None, None], past, new) is None  # a boolean mask: True attends
-    window = causal.copy()
-    window[..., -1, 0] = np.finfo(np.float32).min
-    assert _not_causal(window, past, new) == "hides or biases keys that causal attention sees"
+    keys, rows = np.arange(past + new)[None, :], past + np.arange(new)[:, None]
+    allowed = keys <= rows
+    causal = _mask(allowed)
+    assert _window_of(causal, past, new) == (0, None)
+    assert _window_of(np.where(allowed, 0.0, -np.inf)[None, None], past, new) == (0, None)
+    assert _window_of(allowed[None, None], past, new) == (0, None)  # a boolean mask: True attends
+    assert _window_of(_mask(allowed & (keys > rows - 3)), past, new) == (3, None)  # each row its last 3 keys
+    assert _window_of((allowed & (keys > rows - 5))[None, None], past, new) == (5, None)
+    first_row_cut = causal.copy()
+    first_row_cut[..., 0, 0] = np.finfo(np.float32).min  # one row cut short, the next not: no window
+    assert _window_of(first_row_cut, past, new) == (0, "hides or biases keys that causal attention sees")
     alibi = causal + np.where(allowed, -0.5 * np.arange(past + new), 0).astype(np.float32)
-    assert _not_causal(alibi, past, new) == "hides or biases keys that causal attention sees"
-    assert _not_causal(np.zeros((1, 1, new, past + new), np.float32), past, new) == "lets a query see keys after it"
-    assert _not_causal(causal[..., :-1], past, new).startswith("has shape")
+    assert _window_of(alibi, past, new) == (0, "hides or biases keys that causal attention sees")
+    assert _window_of(np.zeros((1, 1, new, past + new), np.float32), past, new) == (0, "lets a query see keys after it")
+    assert _window_of(causal[..., :-1], past, new)[1].startswith("has shape")
     assert probes(128, 32) == [(0, 32), (123, 5), (127, 1)]
     assert probes(2048, 2048) == [(0, 64), (2043, 5), (2047, 1)]

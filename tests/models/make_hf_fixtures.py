@@ -8,7 +8,8 @@ do not).
 
 Each is a transformers model class with random weights, exported by scripts/export_hf_decoders.py
 the way users export real checkpoints, at the smallest size that still has grouped KV heads (vocab
-128, hidden 32, MLP 64, 128 positions, tied embeddings). qwen2_optimum needs optimum-onnx, which pins
+128, hidden 32, MLP 64, 128 positions, tied embeddings; the architecture's own fields as that script
+sets them, e.g. Gemma 2's soft-caps). qwen2_optimum needs optimum-onnx, which pins
 transformers < 4.58: run that one from an environment that has it (`pip install optimum-onnx`).
 """
 
@@ -27,9 +28,20 @@ FIXTURES = {
     "qwen2_optimum": ("qwen2", "optimum"),
     "phi3_dynamo": ("phi3", "dynamo"),
     "gpt2_ts": ("gpt2", "ts"),
-    "mistral_window_ts": ("mistral_window", "ts"),  # one layer is enough to be refused
+    "mistral_window_ts": ("mistral_window", "ts"),  # one layer is enough for its window
+    "gemma2_ts": ("gemma2", "ts"),
+    "falcon_dynamo": ("falcon", "dynamo"),
+    "qwen3_dynamo": ("qwen3", "dynamo"),
+    "gpt_neox_ts": ("gpt_neox", "ts"),
+    "gptj_ts": ("gptj", "ts"),
+    "opt_ts": ("opt", "ts"),
+    "granite_dynamo": ("granite", "dynamo"),
+    "bloom_ts": ("bloom", "ts"),  # ALiBi, refused
+    "phi3_longrope_dynamo": ("phi3_longrope", "dynamo"),  # built only for max_model_len <= 64
 }
-LAYERS = {"mistral_window_ts": 1}
+LAYERS = {"mistral_window_ts": 1, "bloom_ts": 1}
+# head size 16 at hidden 32, as the script's longrope factors (6 per rotary half) are sized for
+OVERRIDES = {"phi3_longrope_dynamo": {"num_attention_heads": 2, "num_key_value_heads": 1}}
 TINY = {"vocab_size": 128, "hidden_size": 32, "n_embd": 32, "intermediate_size": 64, "n_inner": 64,
         "tie_word_embeddings": True, "max_position_embeddings": 128, "n_positions": 128}
 
@@ -46,7 +58,8 @@ def main():
         if only and name != only:
             continue
         path = OUT / f"{name}.onnx"
-        model = export.make_model(arch, **TINY, num_hidden_layers=LAYERS.get(name, 2))
+        layers = LAYERS.get(name, 2)
+        model = export.make_model(arch, **TINY, num_hidden_layers=layers, n_layer=layers, **OVERRIDES.get(name, {}))
         export.EXPORTERS[exporter](model, path)
         m = onnx.load(str(path))
         m.ir_version = min(m.ir_version, 10)

@@ -14,11 +14,13 @@ MIN = float(np.finfo(F32).min)
 
 
 def _attention_model(opset=17, scale="div", mask="add", q_form="split", k_form="bnsh", fill=MIN, merge=(0, 0, N * H),
-                     softmax_axis=-1, ctx_perm=(0, 2, 1, 3), dims=(B, S, T)):
-    """An exported-style attention block; `dims` may be symbolic names."""
+                     softmax_axis=-1, ctx_perm=(0, 2, 1, 3), dims=(B, S, T), kv_heads=N, softcap=None):
+    """An exported-style attention block; `dims` may be symbolic names. `kv_heads` 1: one K/V head
+    that the MatMuls broadcast (multi-query without repeat_kv); `softcap` c: c * tanh(scores / c)
+    after the scale, as Gemma 2."""
     b, s, t = dims
     nodes, inits = [], {"merge_shape": np.array(merge, np.int64), "split_shape": np.array([0, 0, N, H], np.int64)}
-    inputs = [("v", F32, [b, N, t, H])]
+    inputs = [("v", F32, [b, kv_heads, t, H])]
     if q_form == "split":  # Reshape(q3, (B, S, N, H)) -> Transpose, as HF's transpose_for_scores
         inputs.append(("q3", F32, [b, s, N * H]))
         nodes += [helper.make_node("Reshape", ["q3", "split_shape"], ["q_bsnh"]),
@@ -26,10 +28,10 @@ def _attention_model(opset=17, scale="div", mask="add", q_form="split", k_form="
     else:
         inputs.append(("q", F32, [b, N, s, H]))
     if k_form == "bnsh":  # present key (B, N, T, H), transposed for the product
-        inputs.append(("k", F32, [b, N, t, H]))
+        inputs.append(("k", F32, [b, kv_heads, t, H]))
         nodes.append(helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]))
     else:  # (B, T, N, H) straight to (B, N, H, T), as the TorchScript BERT export does
-        inputs.append(("k", F32, [b, t, N, H]))
+        inputs.append(("k", F32, [b, t, kv_heads, H]))
         nodes.append(helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 3, 1]))
     nodes.append(helper.make_node("MatMul", ["q", "kt"], ["scores"]))
     last = "scores"
@@ -37,6 +39,11 @@ def _attention_model(opset=17, scale="div", mask="add", q_form="split", k_form="
         inits["scale"] = np.array(np.sqrt(H) if scale == "div" else 1 / np.sqrt(H), F32)
         nodes.append(helper.make_node("Div" if scale == "div" else "Mul", [last, "scale"], ["scaled"]))
         last = "scaled"
+    if softcap:
+        inits["cap"] = np.array(softcap, F32)
+        nodes += [helper.make_node("Div", [last, "cap"], ["cap_in"]), helper.make_node("Tanh", ["cap_in"], ["tanh"]),
+                  helper.make_node("Mul", ["tanh", "cap"], ["capped"])]
+        last = "capped"
     if "where" in mask:
         inputs.append(("cond", np.bool_, [1, 1, s, t]))
         inits["fill"] = np.array(fill, F32)
@@ -55,12 +62,13 @@ def _attention_model(opset=17, scale="div", mask="add", q_form="split", k_form="
 
 def _feeds(model, seed=0, b=B, s=S, t=T):
     rng = np.random.default_rng(seed)
-    shapes = {"q3": (b, s, N * H), "q": (b, N, s, H), "v": (b, N, t, H), "cond": (1, 1, s, t), "mask": (b, 1, 1, t)}
     names = {i.name for i in model.graph.input}
-    feeds = {n: rng.standard_normal(shape).astype(F32) for n, shape in shapes.items() if n in names}
     k_dims = next(i for i in model.graph.input if i.name == "k").type.tensor_type.shape.dim
-    is_bnsh = k_dims[1].dim_value == N
-    feeds["k"] = rng.standard_normal((b, N, t, H) if is_bnsh else (b, t, N, H)).astype(F32)
+    kv_heads = next(i for i in model.graph.input if i.name == "v").type.tensor_type.shape.dim[1].dim_value
+    shapes = {"q3": (b, s, N * H), "q": (b, N, s, H), "v": (b, kv_heads, t, H), "cond": (1, 1, s, t), "mask": (b, 1, 1, t)}
+    feeds = {n: rng.standard_normal(shape).astype(F32) for n, shape in shapes.items() if n in names}
+    is_bnsh = k_dims[1].dim_value == kv_heads
+    feeds["k"] = rng.standard_normal((b, kv_heads, t, H) if is_bnsh else (b, t, kv_heads, H)).astype(F32)
     if "cond" in names:  # causal, with the first query row fully masked
         feeds["cond"] = np.tril(np.ones((s, t), bool), t - s)[None, None] & (np.arange(s) > 0)[None, None, :, None]
     if "mask" in names:  # left padding; the last row fully masked
@@ -133,6 +141,64 @@ def test_other_layouts_are_rejected_with_reasons():
     result = run_rules(_attention_model(ctx_perm=(0, 2, 3, 1), merge=(0, 0, -1)), attention.RULES)
     assert rule_stats(result, "attention_mha") == (0, {"context is not transposed to (B, S, N, H)": 1})
     assert rule_stats(result, "attention_onnx") == (0, {"ONNX Attention needs opset 23": 1})
+
+
+def test_one_broadcast_kv_head_is_expanded_for_multihead_attention():
+    model = _attention_model(kv_heads=1, mask="where_add")  # Falcon-7B's multi-query, without repeat_kv
+    fused = _fused(model)
+    producers = {o: n.op_type for n in fused.graph.node for o in n.output}
+    mha = next(n for n in fused.graph.node if n.op_type == "MultiHeadAttention")
+    assert [producers.get(name) for name in mha.input[1:3]] == ["Expand", "Expand"]  # K and V to N heads
+    assert_matches_ort(model, fused, feeds=_feeds(model))
+
+
+def test_one_broadcast_kv_head_goes_to_onnx_attention_as_is():
+    model = _attention_model(opset=23, kv_heads=1, q_form="bnsh")
+    fused = _fused(model, "Attention", "attention_onnx")
+    attention_node = next(n for n in fused.graph.node if n.op_type == "Attention")
+    assert list(attention_node.input[1:3]) == ["k", "v"]  # one K/V head, as the graph had it
+    assert_matches_ort(model, fused, feeds=_feeds(model))
+
+
+def test_one_kv_head_under_query_heads_of_unknown_count_is_rejected():
+    model = _attention_model(kv_heads=1, q_form="bnsh", mask="none")
+    q = next(i for i in model.graph.input if i.name == "q")
+    q.type.tensor_type.shape.dim[1].dim_param = "heads"  # 1 head or N broadcast: not knowable
+    result = run_rules(model, attention.RULES)
+    assert rule_stats(result, "attention_mha") == (0, {"Q, K, V are not 4-D with known, equal head counts and sizes": 1})
+
+
+@pytest.mark.parametrize("mask", ["add", "where_add"])
+def test_softcap_at_opset_23_is_the_onnx_attention_softcap(mask):
+    model = _attention_model(opset=23, mask=mask, q_form="bnsh", scale="mul", softcap=0.5)  # scores reach the cap
+    fused = _fused(model, "Attention", "attention_onnx")
+    assert [a.f for n in fused.graph.node for a in n.attribute if a.name == "softcap"] == [0.5]
+    feeds = _feeds(model)
+    if "cond" in feeds:  # no row masked by -inf alone (see test_onnx_attention_at_opset_23)
+        feeds["cond"][..., 0, 0] = True
+    assert_matches_ort(model, fused, feeds=feeds)
+
+
+def test_softcap_below_opset_23_stays_unfused_but_for_paged_decoders():
+    model = _attention_model(softcap=30.0, mask="where_add", q_form="bnsh")
+    result = run_rules(model, attention.RULES)
+    assert rule_stats(result, "attention_mha") == (0, {"MultiHeadAttention has no softcap (ONNX Attention, opset 23, has)": 1})
+    # a decoder build pages the attention: the ONNX op stands in for it at any opset
+    paged = run_rules(model, attention.PAGED_RULES).model
+    assert ops_of(paged).count("Attention") == 1 and "Tanh" not in ops_of(paged)
+    paged.opset_import[0].version = 23  # what the node means, checked in onnxruntime
+    feeds = _feeds(model)
+    feeds["cond"][..., 0, 0] = True
+    assert_matches_ort(model, paged, feeds=feeds)
+
+
+def test_softcap_with_two_different_constants_is_rejected():
+    model = _attention_model(opset=23, q_form="bnsh", softcap=30.0)
+    next(i for i in model.graph.initializer if i.name == "cap").CopyFrom(onnx.numpy_helper.from_array(np.array(3.0, F32), "cap"))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(30.0, F32), "cap_out"))
+    next(n for n in model.graph.node if n.output[0] == "capped").input[1] = "cap_out"
+    result = run_rules(model, attention.RULES)
+    assert rule_stats(result, "attention_onnx") == (0, {"soft-cap is not c * tanh(x / c) with one positive scalar c": 1})
 
 
 def decoder_feeds(model, batch, seq, past, left_pad, seed=0):

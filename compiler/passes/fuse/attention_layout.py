@@ -68,13 +68,27 @@ def unflattened_transpose(t: gs.Tensor) -> gs.Tensor | None:
     return x if _is_dims_of(shape_elements(outer.inputs[1]), x, [0, 1, 3, 2]) else None
 
 
-def head_dims(q: gs.Tensor, kt: gs.Tensor, v: gs.Tensor) -> tuple[int, int] | None:
-    """(N, H of v) of q (B,N,S,H), kt (B,N,H,T), v (B,N,T,H): static and equal where they must be."""
+def head_dims(q: gs.Tensor, kt: gs.Tensor, v: gs.Tensor, scores: gs.Tensor | None = None) -> tuple[int, int] | None:
+    """(N, H of v) of q (B,N,S,H), kt (B,N,H,T), v (B,N,T,H): static and equal where they must be.
+    K and V may also have one head that the MatMuls broadcast over N query heads (multi-query
+    attention exported without repeat_kv, as Falcon's): N then comes from q or the `scores`."""
     q, kt, v = (shape_of(t, 4) or [None] * 4 for t in (q, kt, v))
-    heads = {d for d in (q[1], kt[1], v[1]) if isinstance(d, int)}
+    s = (shape_of(scores, 4) if scores is not None else None) or [None] * 4
+    queries = {d for d in (q[1], s[1]) if isinstance(d, int)}
+    keys = {d for d in (kt[1], v[1]) if isinstance(d, int)}
+    heads = queries or keys
     if len(heads) != 1 or not (isinstance(q[3], int) and q[3] == kt[2] and isinstance(v[3], int)):
         return None
-    return heads.pop(), v[3]
+    n = next(iter(heads))
+    if any(k not in (n, 1) for k in keys) or not queries and keys == {1}:
+        return None  # one K/V head under query heads of unknown count: broadcast or not is unknown
+    return n, v[3]
+
+
+def is_broadcast_head(t: gs.Tensor, num_heads: int) -> bool:
+    """`t` (B, 1, .., ..) has the one K/V head that a MatMul broadcasts over `num_heads` query heads."""
+    shape = shape_of(t, 4)
+    return num_heads != 1 and shape is not None and shape[1] == 1
 
 
 def reads_merged(reshape: gs.Node) -> bool:

@@ -11,6 +11,12 @@ query vectors (its rows times the `group` query heads of the KV head) share each
 the pool. The task cut and the split across cores (parallel_for over runs of tasks) change no row's
 arithmetic.
 
+A soft-cap (softcap > 0, Gemma 2) maps each scaled score s to softcap * tanh(s / softcap) in float32
+right where it is computed, before the peak is taken. A sliding window (window > 0) starts a task's
+loops at the run holding its first row's first key: scores before a vector's own window become
+-inf (weight exactly 0), so the extra leading terms of a row, which depend on the task cut, add
+exact zeros and change nothing.
+
 Float32 arithmetic, as onnxruntime's float32 attention: dots, exp and output sums in float32 take
 twice the SIMD lanes of float64 and a shorter exp polynomial; only the softmax denominator (one sum
 per query vector) stays float64. Against the float64 kernel this replaces (the peak now also kept
@@ -52,7 +58,7 @@ _EXP_LOW = -87.0  # below, exp(x) leaves float32's normal range: 0 (at most 2e-3
 
 
 @jit
-def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, group, out):
+def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, group, out):
     """out [T, N * H] rows of the tasks from q [T, N * H] (float32); k_pool, v_pool [blocks, kvN,
     block_size, H] float32; tables [seqs, max_blocks] int64; tasks [n, 5] int64 rows (sequence, KV
     head, first query row, number of rows, causal length of the first row: row i sees positions
@@ -79,7 +85,8 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, group, out):
     scores = np.empty((widest, longest + STRIDE), f32)
     bits = np.empty(longest, np.int32)  # 2^n of exp's range reduction, built from its bits
     powers = bits.view(f32)
-    zero, half, scale32 = f32(0.0), f32(0.5), f32(scale)
+    zero, half, scale32, cap32, is_capped = f32(0.0), f32(0.5), f32(scale), f32(softcap), softcap > 0
+    hidden = f32(-np.inf)  # a score outside the window
     low, log2e, ln2_hi, ln2_lo = f32(_EXP_LOW), f32(_LOG2E), f32(_LN2_HI), f32(_LN2_LO)
     c7, c6, c5, c4 = f32(_EXP_TAYLOR[0]), f32(_EXP_TAYLOR[1]), f32(_EXP_TAYLOR[2]), f32(_EXP_TAYLOR[3])
     c3, c2, c1, c0 = f32(_EXP_TAYLOR[4]), f32(_EXP_TAYLOR[5]), f32(_EXP_TAYLOR[6]), f32(_EXP_TAYLOR[7])
@@ -89,6 +96,9 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, group, out):
         num_rows, length0 = tasks[t, _NUM_ROWS], tasks[t, _LENGTH]
         last = length0 + num_rows - 1  # positions the task reads
         width = num_rows * group
+        # with a window, vector m sees positions from length0 + m // group - window on: the loops
+        # start at the run of the first row's first key
+        start = max(0, length0 - window) // STRIDE * STRIDE if window > 0 else 0
         for b in range((last + block_size - 1) // block_size):
             block = tables[seq, b]
             if block < 0 or block >= num_blocks:
@@ -103,7 +113,7 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, group, out):
                 acc[m, d] = zero
             peaks[m] = -np.inf
         # scores: vectors from `whole` on see the run [j, j + STRIDE), those from `some` its start
-        for j in range(0, last, STRIDE):
+        for j in range(start, last, STRIDE):
             k0, k1, k2, k3 = keys[where[j]], keys[where[j + 1]], keys[where[j + 2]], keys[where[j + 3]]
             whole = min(max(0, j + STRIDE - length0) * group, width)
             some = max(0, j + 1 - length0) * group
@@ -116,6 +126,15 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, group, out):
                     s2 += x[d] * k2[d]
                     s3 += x[d] * k3[d]
                 s0, s1, s2, s3 = s0 * scale32, s1 * scale32, s2 * scale32, s3 * scale32
+                if is_capped:
+                    s0, s1 = cap32 * np.tanh(s0 / cap32), cap32 * np.tanh(s1 / cap32)
+                    s2, s3 = cap32 * np.tanh(s2 / cap32), cap32 * np.tanh(s3 / cap32)
+                first_seen = length0 + m // group - window  # the vector's first key, with a window
+                if window > 0 and j < first_seen:
+                    s0 = hidden if j < first_seen else s0
+                    s1 = hidden if j + 1 < first_seen else s1
+                    s2 = hidden if j + 2 < first_seen else s2
+                    s3 = hidden if j + 3 < first_seen else s3
                 row_scores = scores[m]
                 row_scores[j], row_scores[j + 1], row_scores[j + 2], row_scores[j + 3] = s0, s1, s2, s3
                 s0, s2 = max(s0, s1), max(s2, s3)
@@ -129,6 +148,10 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, group, out):
                     for d in range(head_dim):
                         s0 += x[d] * key[d]
                     s0 *= scale32
+                    if is_capped:
+                        s0 = cap32 * np.tanh(s0 / cap32)
+                    if window > 0 and j + i < length0 + m // group - window:
+                        s0 = hidden
                     scores[m, j + i] = s0
                     peaks[m] = max(peaks[m], s0)
         # softmax numerators (in place) and their sum. The peaks skip NaN scores (a max that keeps
@@ -137,7 +160,7 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, group, out):
         # then the whole row NaN, as NumPy's max would
         for m in range(width):
             length, row_scores, peak = length0 + m // group, scores[m], peaks[m]
-            for j in range(length):
+            for j in range(start, length):
                 x = row_scores[j] - peak
                 # within [low, 0] (above 0 only beside a NaN): n stays defined, r keeps a NaN
                 clamped = min(x, zero) if x >= low else low
@@ -147,11 +170,11 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, group, out):
                 bits[j] = (np.int32(n) + bias) << shift
                 row_scores[j] = zero if x < low else e
             total = 0.0
-            for j in range(length):
+            for j in range(start, length):
                 row_scores[j] *= powers[j]
                 total += row_scores[j]
             sums[m] = total
-        for j in range(0, last, STRIDE):  # value terms, in position order for every vector
+        for j in range(start, last, STRIDE):  # value terms, in position order for every vector
             v0, v1, v2, v3 = values[where[j]], values[where[j + 1]], values[where[j + 2]], values[where[j + 3]]
             whole = min(max(0, j + STRIDE - length0) * group, width)
             some = max(0, j + 1 - length0) * group
@@ -179,7 +202,7 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, group, out):
 
 
 @jit
-def _plan_tasks(starts, context_lens, num_q_rows, table_width, block_size, kv_heads, group):
+def _plan_tasks(starts, context_lens, num_q_rows, table_width, block_size, kv_heads, group, window):
     """(ok, tasks [n, 5] int64, cost [n]: running total of the tasks' work, positions read): each
     sequence's query rows in blocks of ROWS, times the KV heads. Not ok (the NumPy path judges the
     step) when the rows leave q, a chunk is longer than its context or the table is too short."""
@@ -207,13 +230,15 @@ def _plan_tasks(starts, context_lens, num_q_rows, table_width, block_size, kv_he
                 tasks[t, _SEQ], tasks[t, _KV_HEAD], tasks[t, _ROW] = s, kv_head, starts[s] + first
                 tasks[t, _NUM_ROWS], tasks[t, _LENGTH] = num_rows, length0
                 # K/V rows read, then dot products and value terms of each query vector
-                total += (length0 + num_rows) * (4.0 + num_rows * group)
+                span = length0 + num_rows - (max(0, length0 - window) if window > 0 else 0)
+                total += span * (4.0 + num_rows * group)
                 cost[t] = total
                 t += 1
     return ok, tasks, cost, read
 
 
-def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scale: float) -> np.ndarray | None:
+def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scale: float,
+           softcap: float = 0.0, window: int = 0) -> np.ndarray | None:
     """[T, N * H] float32 attention of q [..., T, N * H] over the pools (the new tokens' K/V already
     written), or None where the NumPy path must run."""
     kernel, plan = _attend_tasks.get(), _plan_tasks.get()
@@ -230,22 +255,23 @@ def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scal
     group = num_heads // kv_heads
     q2 = np.ascontiguousarray(q.reshape(-1, q.shape[-1]))
     ok, tasks, cost, read = plan(np.asarray(starts, np.int64), np.asarray(context_lens, np.int64).reshape(-1),
-                                 q2.shape[0], tables.shape[1], block_size, kv_heads, group)
+                                 q2.shape[0], tables.shape[1], block_size, kv_heads, group, int(window))
     if not ok:
         return None  # malformed steps (rows past the context, tables too short, ...) are the NumPy path's to judge
     out = np.empty(q2.shape, f32)
     tables = np.ascontiguousarray(tables, np.int64)
-    scale = float(scale)
+    scale, softcap, window = float(scale), float(softcap), int(window)
     read *= kv_heads * head_dim * 2 * k_pool.itemsize
     if read < PARALLEL_MIN_BYTES or len(tasks) < 2:  # not worth a hand-off to the helper thread
-        return out if kernel(q2, k_pool, v_pool, tables, tasks, scale, group, out) else None
+        return out if kernel(q2, k_pool, v_pool, tables, tasks, scale, softcap, window, group, out) else None
     # runs of consecutive tasks of about equal cost: a prefill block costs far more than a decode row
     bounds = np.unique(np.searchsorted(cost, cost[-1] * np.arange(_PARTS + 1) / _PARTS, side="right"))
     bounds[0] = 0
     failed = []
 
     def run(part: int) -> None:
-        if not kernel(q2, k_pool, v_pool, tables, tasks[bounds[part]:bounds[part + 1]], scale, group, out):
+        if not kernel(q2, k_pool, v_pool, tables, tasks[bounds[part]:bounds[part + 1]], scale, softcap, window, group,
+                      out):
             failed.append(part)
 
     parallel_for(len(bounds) - 1, run, read)
