@@ -41,6 +41,21 @@ def test_cast_to_other_type_stays():
     assert ops_of(_run(model, InferShapes(), RemoveNoOps()).model) == ["Cast"]
 
 
+def test_casts_of_bfloat16_values_are_judged_by_type_not_crashed_on():
+    """graphsurgeon keeps a bfloat16 constant's type as its TensorProto code, which crashed the rule
+    (TypeError: Cannot interpret '16'); now it decides, and the bf16 -> fp32 Cast stays."""
+    import ml_dtypes
+
+    nodes = [helper.make_node("Cast", ["w"], ["b"], to=TensorProto.BFLOAT16),
+             helper.make_node("Cast", ["b"], ["c"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    model = make_model(nodes, [("x", F32, [2, 3])], [("y", F32, [2, 3])],
+                       {"w": np.arange(6, dtype=F32).reshape(2, 3).astype(ml_dtypes.bfloat16)})
+    result = _run(model, InferShapes(), RemoveNoOps(), RemoveDeadCode())
+    assert ops_of(result.model)[-2:] == ["Cast", "Add"]
+    assert_matches_ort(model, result.model)
+
+
 def test_noop_reshape_and_identity_transpose_are_removed_but_a_real_transpose_stays():
     nodes = [
         helper.make_node("Reshape", ["x", "shape"], ["a"]),

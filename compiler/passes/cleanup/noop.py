@@ -36,11 +36,15 @@ def _dropout(graph: gs.Graph, node: gs.Node):
 
 
 def _cast_same(graph: gs.Graph, node: gs.Node):
-    src = node.inputs[0]
-    if src.dtype is None:
+    src, to = node.inputs[0], node.attrs.get("to")
+    if src.dtype is None or to is None:
         return None
-    target = gs_dtype_from_onnx(node.attrs.get("to"))
-    return src if target is not None and np.dtype(target) == np.dtype(src.dtype) else None
+    from ...lower import dtype_name  # noqa: PLC0415 - graphsurgeon keeps bfloat16 / float8 as TensorProto codes
+
+    try:
+        return src if dtype_name(src.dtype) == dtype_name(int(to)) else None
+    except (TypeError, ValueError, KeyError):  # a type NumPy cannot name: keep the Cast
+        return None
 
 
 def _same_static_shape(graph: gs.Graph, node: gs.Node):
@@ -89,17 +93,6 @@ def _single_input_concat(graph: gs.Graph, node: gs.Node):
 
 def _is_static(shape) -> bool:
     return shape is not None and all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape)
-
-
-def gs_dtype_from_onnx(onnx_type):
-    if onnx_type is None:
-        return None
-    import onnx
-
-    try:
-        return onnx.helper.tensor_dtype_to_np_dtype(int(onnx_type))
-    except (KeyError, ValueError, TypeError):
-        return None
 
 
 NOOP_RULES: tuple[tuple[str, str, Callable], ...] = (
