@@ -113,7 +113,13 @@ def reduce_precision(original: onnx.ModelProto, optimized: onnx.ModelProto, prof
     model, folded = fold_constant_casts(model)
     summary = {"precision": precision, "compute": COMPUTE[precision], "folded_constants": folded,
                **_summarize(report)}
+    for note in _notes(summary):  # e.g. a float16 model that --precision int8 / bf16 left as it was
+        log(f"warning: precision {precision}: {note}")
     return PrecisionStep(precision, model, original, feeds_list, summary)
+
+
+def _notes(summary: dict) -> list[str]:
+    return list((summary.get("int8") or {}).get("notes", ())) + list((summary.get("conversion") or {}).get("notes", ()))
 
 
 def profile_feeds(model: onnx.ModelProto, shapes: dict, seed: int) -> dict:
@@ -131,7 +137,7 @@ def _summarize(report: dict) -> dict:
     if "int8" in report:
         int8 = report["int8"]
         return {"int8": {k: int8[k] for k in ("method", "activation_type", "weight_type", "num_samples", "quantized",
-                                               "skipped", "num_activations")}}
+                                               "skipped", "num_activations", "notes") if k in int8}}
     conversion = report["conversion"]
     reasons: dict[str, int] = {}
     for _, _, reason in conversion["fp32_nodes"]:

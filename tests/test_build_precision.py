@@ -102,6 +102,26 @@ def test_int8_plan_computes_from_dequantized_weights(tmp_path):
     assert _plan_error(plan, model) <= 0.2
 
 
+def test_int8_on_a_float16_model_warns_that_nothing_was_quantized(tmp_path):
+    """No silent no-op: the build log and the plan's precision entry say why it still computes in float."""
+    from onnx import helper
+
+    from infc.compiler.testing import make_model
+
+    w = np.random.default_rng(1).standard_normal((8, 4)).astype(np.float16)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", np.float16, [2, 8])],
+                       [("y", np.float16, [2, 4])], {"w": w})
+    path = tmp_path / "half.onnx"
+    onnx.save(model, path)
+    np.savez(tmp_path / "calib.npz", x=np.ones((2, 8), np.float16))
+    lines = []
+    build(str(path), None, str(tmp_path / "half.plan"), BuildOptions(
+        precision="int8", use_cache=False, show_progress=False,
+        precision_settings=PrecisionSettings(calib=str(tmp_path / "calib.npz"))), lines.append)
+    assert any(line.startswith("warning: precision int8: nothing quantized") for line in lines), lines
+    assert "nothing quantized" in read_plan(tmp_path / "half.plan").meta["precision"]["int8"]["notes"][0]
+
+
 def test_cli_build_precision_json_and_inspect(tmp_path):
     def infc(*args):
         return subprocess.run([sys.executable, "-m", "infc.cli", *map(str, args)], capture_output=True, text=True)

@@ -15,12 +15,24 @@ from .cleanup.cse import CommonSubexpressions
 from .cleanup.dead_code import RemoveDeadCode
 from .cleanup.noop import RemoveNoOps
 from .engine import RewritePass
-from .fold import batchnorm, conv_affine
-from .fuse import (attention, bias_gelu, conv_activation, gelu, gemm, hardswish, layernorm, rmsnorm, rotary, silu,
-                   skip_layernorm, swiglu)
-from .layout import pretranspose_weights, transpose_cancel, transpose_into_matmul
+from .fold import batchnorm, conv_affine, pad_into_conv
 from .fold.constant_folding import FoldConstants
 from .fold.shape_inference import InferShapes
+from .fuse import (
+    attention,
+    bias_gelu,
+    conv_activation,
+    gelu,
+    gemm,
+    hardswish,
+    layernorm,
+    rmsnorm,
+    rotary,
+    silu,
+    skip_layernorm,
+    swiglu,
+)
+from .layout import pretranspose_weights, transpose_cancel, transpose_into_matmul
 from .stats import PassStats
 
 MAX_ROUNDS = 8
@@ -50,6 +62,7 @@ PIPELINE: tuple[Phase, ...] = (
         Step(CommonSubexpressions(), "exporters repeat shape computations; merged, they fold and match once"),
         Step(RewritePass("fold_batchnorm", batchnorm.RULES), "BN into its Conv before Conv epilogue fusions look at the Conv"),
         Step(RewritePass("fold_conv_affine", conv_affine.RULES), "per-channel Add/Mul into Conv bias and weights, also after BN folding"),
+        Step(RewritePass("fold_pad_into_conv", pad_into_conv.RULES), "an explicit zero Pad ('same' padding ports) is a copy the Conv's pads avoid"),
         Step(RemoveNoOps(), "folding exposes reshapes to the same shape and neutral arithmetic"),
         Step(RemoveDeadCode(), "folded subgraphs leave dead nodes and initializers"),
     )),

@@ -59,7 +59,18 @@ def quantize_int8(model: onnx.ModelProto, calib_feeds_iter: Iterable[dict[str, n
     params = {name: activation_params(*ranges[name], activation_type) for name in names}
     model = write_qdq(model, targets, constants, params)
     drop_unused(model.graph)
+    notes = [note] if note else []
+    if not targets:
+        notes.append(_nothing_quantized(model))
     report = Int8Report(method, activation_type, "int8 symmetric per-channel", num_samples,
-                        dict(Counter(t.node.op_type for t in targets)), dict(skipped), len(names), num_unfused,
-                        [note] if note else [])
+                        dict(Counter(t.node.op_type for t in targets)), dict(skipped), len(names), num_unfused, notes)
     return model, report
+
+
+def _nothing_quantized(model: onnx.ModelProto) -> str:
+    """Say why a plan built with --precision int8 still computes in float (no silent no-op)."""
+    half = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+    if any(t.data_type in half for t in model.graph.initializer):
+        return ("nothing quantized: the model's weights are float16/bfloat16, and int8 quantizes float32 "
+                "Conv/MatMul/Gemm weights; export the model in float32 to quantize it")
+    return "nothing quantized: no Conv, MatMul or Gemm has a constant float32 weight"

@@ -104,6 +104,10 @@ def convert_precision(model: onnx.ModelProto | Prepared, precision: str, keep_io
         emitter.num_casts, [[name, ops[name], p.reason] for name, p in plans.items() if p.state == FP32],
         dict(Counter(ops[name] for name, p in plans.items() if p.state == EMULATED)),
         [name for name, p in plans.items() if p.state in (LOW, EMULATED)], list(prepared.notes))
+    if plans and not any(p.state in (LOW, EMULATED) for p in plans.values()) and any(
+            t.data_type == onnx.TensorProto.FLOAT16 for t in prepared.model.graph.initializer):
+        report.notes.append(f"nothing converted to {precision}: the model is already float16; --precision "
+                            f"converts float32 values (the plan runs the model's own float16)")
     return model, report
 
 

@@ -71,10 +71,17 @@ def activation_params(lo: float, hi: float, activation_type: str) -> tuple[np.nd
     """(scale, zero point) of one tensor; the range always holds 0 so that zero is exact."""
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     if activation_type == "int8":
-        scale = max(-lo, hi) / 127.0 or 1.0
+        scale = _float32_scale(max(-lo, hi) / 127.0)
         return np.array(scale, np.float32), np.array(0, np.int8)
-    scale = (hi - lo) / 255.0 or 1.0
-    return np.array(scale, np.float32), np.array(np.clip(round(-lo / scale), 0, 255), np.uint8)
+    scale = _float32_scale((hi - lo) / 255.0)
+    return np.array(scale, np.float32), np.array(np.clip(round(-lo / float(scale)), 0, 255), np.uint8)
+
+
+def _float32_scale(scale: float) -> np.float32:
+    """The scale as stored; 1 where that is 0 or subnormal (a range of (sub)denormal values, as an
+    all-zero activation gives): QuantizeLinear divides by it."""
+    stored = np.float32(scale)
+    return stored if stored >= np.finfo(np.float32).tiny else np.float32(1.0)
 
 
 def activation_names(model: onnx.ModelProto, targets: list[Target]) -> list[str]:

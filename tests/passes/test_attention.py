@@ -143,6 +143,26 @@ def test_other_layouts_are_rejected_with_reasons():
     assert rule_stats(result, "attention_onnx") == (0, {"ONNX Attention needs opset 23": 1})
 
 
+def test_a_value_head_size_unlike_the_query_one_is_not_fused_into_multihead_attention():
+    """LeViT: V's head is wider than Q/K's; MultiHeadAttention would get 4-D key and value of different
+    shapes, which onnxruntime refuses, so the rule declines with the reason."""
+    hv = 2 * H
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+             helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
+             helper.make_node("Softmax", ["scaled"], ["probs"], axis=-1),
+             helper.make_node("MatMul", ["probs", "v"], ["ctx"]),
+             helper.make_node("Transpose", ["ctx"], ["ctx_bsnh"], perm=[0, 2, 1, 3]),
+             helper.make_node("Reshape", ["ctx_bsnh", "merge_shape"], ["y"])]
+    model = make_model(nodes, [("q", F32, [B, N, S, H]), ("k", F32, [B, N, T, H]), ("v", F32, [B, N, T, hv])],
+                       [("y", F32, [B, S, N * hv])],
+                       {"scale": np.array(1 / np.sqrt(H), F32), "merge_shape": np.array([0, 0, N * hv], np.int64)})
+    result = run_rules(model, attention.RULES)
+    assert "Softmax" in ops_of(result.model) and "MultiHeadAttention" not in ops_of(result.model)
+    reasons = rule_stats(result, "attention_mha")[1]
+    assert any("value head size differs" in r for r in reasons), reasons
+
+
 def test_one_broadcast_kv_head_is_expanded_for_multihead_attention():
     model = _attention_model(kv_heads=1, mask="where_add")  # Falcon-7B's multi-query, without repeat_kv
     fused = _fused(model)

@@ -124,3 +124,15 @@ def test_calibration_memory_does_not_grow_with_the_number_of_samples(tmp_path):
               f"Python heap peak {few['python_peak_mb']:.2f} vs {many['python_peak_mb']:.2f} MB")
         assert many["peak_rss_mb"] <= few["peak_rss_mb"] + 8
         assert many["python_peak_mb"] <= few["python_peak_mb"] + 1
+
+
+@pytest.mark.parametrize("activation_type", ["uint8", "int8"])
+def test_activation_scale_never_zero_in_float32(activation_type):
+    # A range of subnormal values (an activation that is all but zero) divides to a float64 scale
+    # that rounds to 0 in float32: QuantizeLinear would divide by zero.
+    from infc.compiler.quantize.qdq import activation_params
+
+    scale, _ = activation_params(0.0, 1e-40, activation_type)
+    assert scale.dtype == np.float32 and scale > 0
+    scale, _ = activation_params(-2.0, 2.0, activation_type)
+    assert np.isclose(float(scale), 4.0 / 255 if activation_type == "uint8" else 2.0 / 127)

@@ -125,3 +125,23 @@ def test_unnamed_nodes_are_named_by_op_and_index():
     model = make_model(nodes, [("x", F32, [2, 4])], [("y", F32, [2, 3])], {"w": np.ones((4, 3), F32)})
     _, report = convert_precision(model, "fp16")
     assert set(report.low_nodes) == {"MatMul_0", "Relu_1"}
+
+
+def _half_matmul_model():
+    w = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float16)
+    return make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", np.float16, [2, 8])],
+                      [("y", np.float16, [2, 4])], {"w": w})
+
+
+def test_a_float16_model_says_nothing_was_converted():
+    # --precision bf16 on a model exported in float16 converts nothing: the report must say so.
+    _, report = convert_precision(_half_matmul_model(), "bf16")
+    assert report.num_low == 0 and any("already float16" in note for note in report.notes)
+
+
+def test_int8_on_a_float16_model_says_nothing_was_quantized():
+    from infc.compiler.quantize.int8 import quantize_int8
+
+    model = _half_matmul_model()
+    _, report = quantize_int8(model, (random_feeds(model, seed) for seed in range(2)))
+    assert report.quantized == {} and any("nothing quantized" in note for note in report.notes)

@@ -65,3 +65,25 @@ def test_clip_int_with_only_max(single_node, ort_check):
 def test_softmax_family(op, opset, axis, rng, single_node, ort_check):
     x = (rng.standard_normal((2, 3, 4)) * 5).astype(F32)
     ort_check(single_node(op, {"x": x}, [("y", F32)], {"axis": axis}, opset=opset), {"x": x})
+
+
+def test_compiled_softmax_matches_numpy_path(rng):
+    # A standalone Softmax over the last axis runs the attention kernel's softmax pass
+    # (jit_attention.softmax_last): rows all -inf give zeros, a NaN makes its row NaN, large
+    # values take the classic path, as in activation.softmax_last.
+    from infc.compiler.runtime import jit
+    from infc.compiler.runtime.kernels import kernel_for
+    from infc.compiler.runtime.kernels.common import KernelContext
+
+    x = (rng.standard_normal((2, 3, 5, 17)) * 4).astype(np.float32)
+    x[0, 0, 0] = -np.inf
+    x[0, 1, 2, 3] = np.nan
+    x[1, 2, 4] += 200.0
+    strided = x[..., ::2]  # a non-contiguous input
+    softmax = kernel_for("", "Softmax")
+    for data in (x, strided):
+        compiled = softmax([data], {"axis": -1}, KernelContext(17, [None]))[0]
+        with jit.disabled():
+            reference = softmax([data], {"axis": -1}, KernelContext(17, [None]))[0]
+        np.testing.assert_allclose(compiled, reference, rtol=2e-6, atol=1e-7)
+    assert not np.shares_memory(compiled, strided)

@@ -4,12 +4,11 @@ numerics against onnxruntime, and the cases that must stay unmerged."""
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
-
-from infc.compiler.lower import lower_graph
 from infc.compiler.graph import import_graph
+from infc.compiler.lower import lower_graph
 from infc.compiler.runtime.executor import Executor
 from infc.compiler.runtime.kernels import has_kernel
+from onnx import helper
 
 F32 = np.float32
 MS = "com.microsoft"
@@ -105,3 +104,20 @@ def test_an_observer_sees_the_program_as_planned(rng, graph_of):
     executor = Executor(program.steps, program.weights, program.opset, observer=lambda name, value: seen.append(name))
     executor.run(feeds)
     assert "c" in seen and "ConvEpilogue" not in _ops(executor)
+
+
+@pytest.mark.parametrize("conv_attrs,w_shape,x_shape", [
+    ({}, (6, 4, 3, 3), (2, 4, 9, 9)),                       # small dense
+    ({"group": 4}, (4, 1, 3, 3), (2, 4, 9, 9)),             # depthwise
+    ({}, (24, 16, 1, 1), (1, 16, 40, 40)),                  # pointwise, blocked
+    ({"strides": [2, 2]}, (6, 4, 3, 3), (2, 4, 9, 9)),      # strided dense
+])
+@pytest.mark.parametrize("alpha", [1.0, 1.702])
+def test_silu_epilogue_matches_ort(conv_attrs, w_shape, x_shape, alpha, rng, graph_of, ort_check):
+    # SiLU after a convolution (EfficientNet, YOLO): fuse/silu.py writes com.microsoft.QuickGelu,
+    # which the compiled convolution kernels apply to each output block (jit_conv.SILU).
+    tail = [helper.make_node("QuickGelu", ["c"], ["y"], domain=MS, alpha=alpha)]
+    nodes, feeds, inits = _conv_then(tail, rng, conv_attrs=conv_attrs, w_shape=w_shape, x_shape=x_shape)
+    model = graph_of(nodes, feeds, [("y", F32)], inits)
+    assert _ops(_executor(model)) == ["ConvEpilogue"]
+    ort_check(model, feeds, rtol=2e-6)

@@ -54,3 +54,23 @@ def test_resize_opset10_and_uint8(rng, single_node, ort_check):
     model = single_node("Resize", {"u": u}, [("y", np.uint8)], {"mode": "linear"},
                         {"s": np.array([1, 1, 1.5, 1.5], F32)}, opset=13, input_names=["u", "", "s"])
     ort_check(model, {"u": u})
+
+
+@pytest.mark.parametrize("attrs", [m for m in MODES if m["mode"] != "nearest"])
+@pytest.mark.parametrize("scales", [[1, 1, 2, 2], [1, 1, 0.6, 1.7]])
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_compiled_resize_matches_numpy_path(attrs, scales, dtype, rng):
+    # Linear / cubic resizes of the last two axes run as one compiled call (jit_resize.py) over
+    # resize.py's own index and weight tables: the same products and sums as the NumPy path.
+    from infc.compiler.runtime import jit
+    from infc.compiler.runtime.kernels import kernel_for
+    from infc.compiler.runtime.kernels.common import KernelContext
+
+    x = rng.standard_normal((2, 3, 5, 6)).astype(dtype)
+    inputs = [x, None, np.array(scales, F32)]
+    resize = kernel_for("", "Resize")
+    compiled = resize(inputs, attrs, KernelContext(18, [None]))[0]
+    with jit.disabled():
+        reference = resize(inputs, attrs, KernelContext(18, [None]))[0]
+    assert compiled.dtype == dtype
+    np.testing.assert_allclose(compiled, reference, rtol=1e-6 if dtype == F32 else 1e-12, atol=1e-6)

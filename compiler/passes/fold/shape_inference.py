@@ -4,6 +4,8 @@ Declared shapes are hints at best: a real model in the wild declares a wrong out
 popular simplifier trusts it and silently changes that model's output. So every declared shape of
 an intermediate value or graph output is dropped and inferred afresh (onnx's inference with data
 propagation); a declared dim of 0 on an input is read as unknown; any `dim_param` text is kept.
+Where onnx leaves a Reshape's output unknown (computed target shapes at opset <= 13), the shape
+from reshape_ranks.py is given to it and inference runs again, so the rest of the graph keeps ranks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ import onnx_graphsurgeon as gs
 from ...graph import all_graphs
 from ...model_io import EXTERNAL_DATA_THRESHOLD_BYTES
 from ..stats import PassStats
+from .reshape_ranks import reshape_shapes
+
+MAX_RESHAPE_ROUNDS = 16  # a Reshape shape found can make later Reshape targets known (one round per link)
 
 
 def _dims(type_proto: onnx.TypeProto):
@@ -44,6 +49,16 @@ def infer_shapes(graph: gs.Graph) -> dict[str, tuple]:
     for output in model.graph.output:
         output.type.tensor_type.ClearField("shape")
     inferred = _run_inference(model)
+    given: dict[str, onnx.ValueInfoProto] = {}
+    for _ in range(MAX_RESHAPE_ROUNDS):
+        filled = reshape_shapes(inferred, _known_dims(inferred), frozenset(given))
+        if not filled:
+            break
+        for name, dims in filled.items():
+            given[name] = onnx.helper.make_tensor_value_info(name, _elem_type(inferred, name), dims)
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(given.values())
+        inferred = _run_inference(model)
     found: dict[str, tuple] = {}
     _collect(inferred.graph, found)
     return found
@@ -62,10 +77,32 @@ def _run_inference(model: onnx.ModelProto) -> onnx.ModelProto:
         return onnx.load(path + ".out", load_external_data=False)
 
 
+def _known_dims(model: onnx.ModelProto) -> dict[str, list | None]:
+    graph = model.graph
+    known: dict[str, list | None] = {}
+    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
+        if value.type.HasField("tensor_type") and (known.get(value.name) is None):
+            known[value.name] = _dims(value.type)  # a graph output without a shape keeps its value_info's
+    return known
+
+
+def _elem_type(model: onnx.ModelProto, name: str) -> int:
+    """The element type onnx inferred for `name` (Reshape keeps its input's), 0 when unknown."""
+    graph = model.graph
+    for value in list(graph.value_info) + list(graph.output):
+        if value.name == name:
+            return value.type.tensor_type.elem_type
+    producers = {o: n for n in graph.node for o in n.output}
+    source = producers[name].input[0] if name in producers else None
+    known = {v.name: v.type.tensor_type.elem_type for v in list(graph.input) + list(graph.value_info)}
+    known.update({t.name: t.data_type for t in graph.initializer})
+    return known.get(source, 0)
+
+
 def _collect(graph: onnx.GraphProto, found: dict) -> None:
     for value in list(graph.value_info) + list(graph.output):
-        if value.type.HasField("tensor_type"):
-            found[value.name] = (value.type.tensor_type.elem_type, _dims(value.type))
+        if value.type.HasField("tensor_type") and (value.name not in found or _dims(value.type) is not None):
+            found[value.name] = (value.type.tensor_type.elem_type or found.get(value.name, (0,))[0], _dims(value.type))
     for node in graph.node:
         for attr in node.attribute:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):

@@ -92,7 +92,9 @@ def _check(target: str, m: Match) -> str | None:
     if dims is None:
         return "Q, K, V are not 4-D with known, equal head counts and sizes"
     queries = [m["q"]] + ([m.node("q_scale").outputs[0]] if "q_scale" in m.values else [])
-    (batch, _, seq, _), (n, hv) = shape_of(m["q"], 4) or [None] * 4, dims
+    (batch, _, seq, hq), (n, hv) = shape_of(m["q"], 4) or [None] * 4, dims
+    if target == "mha" and hv != hq:  # LeViT: onnxruntime refuses 4-D key and value of different shapes
+        return "value head size differs from the query/key head size (MultiHeadAttention's 4-D key and value must match)"
     if "heads_shape" in m.values and not reshapes_to_own_shape(m.node("unmerge"), [batch, n, seq, hv], {2: queries}):
         return "context Reshape does not provably keep its (B, N, S, H) shape"
     return None

@@ -2,18 +2,48 @@
 
 Domains: "" is the default ONNX domain (also spelled "ai.onnx"), "com.microsoft" ORT's contrib ops,
 "infc.cpu" the build's own lowered forms (tuned GEMMs, elementwise chains, convolution epilogues).
+
+ONNX float arithmetic is IEEE: log(0) = -inf, 0/0 = NaN and a cast of NaN are values the graph may
+select away (T5's relative-position buckets take log(0) and mask it), not errors. NumPy reports them
+as RuntimeWarnings from the kernel that computed them, which onnxruntime never prints; they are
+ignored for these modules only (a warnings filter costs nothing per call, np.errstate ~7 us). The
+filter is (re)installed by each kernel lookup, so a `warnings.catch_warnings()` block around an
+import (pytest wraps collection in one) cannot take it away before kernels run.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+import re
+import warnings
+from collections.abc import Callable
 
-from . import (activation, attention, cast, conv, elementwise, gather_scatter, gemm, loss, norm, pool, quant,
-               reduce, resize, rnn, shape, signal, tuned_gemm, vision)
-from . import paged_attention
-from . import batch_invariant
-from . import chain
-from . import conv_epilogue
+from . import (
+    activation,
+    attention,
+    batch_invariant,
+    cast,
+    chain,
+    conv,
+    conv_epilogue,
+    elementwise,
+    gather_scatter,
+    gemm,
+    loss,
+    norm,
+    paged_attention,
+    pool,
+    quant,
+    reduce,
+    resize,
+    rnn,
+    shape,
+    signal,
+    tuned_gemm,
+    vision,
+)
+from .half import WIDENED, widen_half
+
+_THESE_MODULES = re.escape(__name__) + r"(\.|$)"
 
 FAMILIES = (elementwise, cast, activation, reduce, shape, gather_scatter, conv, pool, gemm, norm, attention, resize,
             quant, loss, vision, signal, rnn, tuned_gemm, paged_attention, batch_invariant, chain,
@@ -27,6 +57,8 @@ def _merge() -> dict[tuple[str, str], Callable]:
             if key in table:
                 raise RuntimeError(f"kernel {key} registered twice ({family.__name__})")
             table[key] = kernel
+    for key, num_typed_outputs in WIDENED.items():  # float16 data computes in float32 (half.py)
+        table[key] = widen_half(table[key], num_typed_outputs)
     return table
 
 
@@ -38,6 +70,7 @@ def _domain(domain: str) -> str:
 
 
 def kernel_for(domain: str, op: str) -> Callable | None:
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=_THESE_MODULES)  # moves to the front, never doubles
     return KERNELS.get((_domain(domain or ""), op))
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from .common import arg, clip_into, norm_axis, to_compute
 from .elementwise import erf, erf_f32
 from .jit_activation import ERF_FORM, QUICK_FORM, TANH_FORM, gelu
+from .jit_attention import softmax_last as compiled_softmax_last
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -162,7 +163,8 @@ def softmax_last(x: np.ndarray) -> np.ndarray:
 def softmax(inputs, attrs, ctx):
     x, axis, shape = _softmax_axis(to_compute(inputs[0]), attrs, ctx)
     if axis == x.ndim - 1 and x.dtype in (np.float32, np.float64) and x.size:
-        return [softmax_last(x).reshape(shape)]
+        compiled = compiled_softmax_last(x)
+        return [(compiled if compiled is not None else softmax_last(x)).reshape(shape)]
     e = np.subtract(x, np.maximum.reduce(x, axis=axis, keepdims=True))
     np.exp(e, out=e)
     e /= np.add.reduce(e, axis=axis, keepdims=True)

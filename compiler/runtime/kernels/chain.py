@@ -54,6 +54,14 @@ def _sigmoid(args, attrs, out, spare):  # as activation.sigmoid: the tanh form
     out += 0.5
 
 
+def _quick_gelu(args, attrs, out, spare):  # com.microsoft.QuickGelu: x * sigmoid(alpha x), SiLU at alpha 1
+    np.multiply(args[0], attrs.get("alpha", 1.702) * 0.5, out=spare)
+    np.tanh(spare, out=spare)
+    spare *= 0.5
+    spare += 0.5
+    np.multiply(args[0], spare, out=out)
+
+
 def _hard_sigmoid_into(x, alpha, beta, out):
     np.multiply(x, alpha, out=out)
     out += beta
@@ -99,11 +107,17 @@ INTO = {
     ("", "HardSigmoid"): _hard_sigmoid, ("", "HardSwish"): _hard_swish, ("", "LeakyRelu"): _leaky_relu,
     ("", "Clip"): _clip,
 }
+# Ops only a convolution epilogue runs (conv_epilogue.py), not lowering's chains: SiLU after a Conv
+# has a compiled form inside the convolution kernels (jit_conv.SILU); a chain would lose the
+# compiled QuickGelu and the device code generator has no form for it.
+EPILOGUE_ONLY = {("com.microsoft", "QuickGelu"): _quick_gelu}
 
 
-def compile_ops(ops) -> tuple[list, int]:
+def compile_ops(ops, table=None) -> tuple[list, int]:
     """Per op (run, [(is_register, index)], attrs, destination register or -1 for the output), and
-    the number of registers: a result's register is reused once its last reader has run."""
+    the number of registers: a result's register is reused once its last reader has run. `table`:
+    the ops' implementations (default INTO)."""
+    table = INTO if table is None else table
     program = []
     registers, free, last_use = 0, [], {}
     for k, op in enumerate(ops):
@@ -123,7 +137,7 @@ def compile_ops(ops) -> tuple[list, int]:
         else:
             destination, registers = registers, registers + 1
         where[k] = destination
-        program.append((INTO[(op.get("domain") or "", op["op"])], refs, op.get("attrs") or {}, destination))
+        program.append((table[(op.get("domain") or "", op["op"])], refs, op.get("attrs") or {}, destination))
     return program, registers
 
 

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from . import jit_conv
-from .chain import INTO, compile_ops, run_program
+from .chain import EPILOGUE_ONLY, INTO, compile_ops, run_program
 from .common import KernelContext
 from .conv import fused_conv
 from .im2col import pooled
@@ -30,12 +30,13 @@ OP, DOMAIN = "ConvEpilogue", "infc.cpu"
 CONVS = {("", "Conv"), ("com.microsoft", "FusedConv")}
 CHAIN = ("infc.cpu", "ElementwiseChain")
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+EPILOGUE_OPS = {**INTO, **EPILOGUE_ONLY}
 
 
 def conv_epilogue(inputs, attrs, ctx: KernelContext):
     compiled = ctx.memo.get("epilogue")
     if compiled is None:
-        compiled = ctx.memo["epilogue"] = compile_ops(attrs["epilogue"])
+        compiled = ctx.memo["epilogue"] = compile_ops(attrs["epilogue"], EPILOGUE_OPS)
     program, num_registers = compiled
     scalars = tuple(s.reshape(()) for s in inputs[4:])  # 0-d: a block keeps its own rank
 
@@ -67,7 +68,7 @@ def _known_activation(ops, scalars) -> tuple[int, tuple, tuple | None] | None:
     """(code, params, affine) when `ops` (ElementwiseChain form, arg 0 the convolution's result,
     arg k >= 1 scalar k - 1, arg -1 - i the result of op i) is one activation of the convolution's
     result (HardSwish, as one op or as HardSigmoid then Mul; Relu; HardSigmoid; LeakyRelu; Clip
-    with constant bounds; or none), then any run of Mul / Add by scalars (PP-OCR's learned affine
+    with constant bounds; SiLU as com.microsoft.QuickGelu; or none), then any run of Mul / Add by scalars (PP-OCR's learned affine
     after HardSwish): affine = (scale, shift), or None when there is no such run."""
     names = [(op.get("domain") or "", op["op"]) for op in ops]
     if names[:2] == [("", "HardSigmoid"), ("", "Mul")] and list(ops[0]["args"]) == [0] and \
@@ -85,6 +86,8 @@ def _known_activation(ops, scalars) -> tuple[int, tuple, tuple | None] | None:
 
 def _single_activation(op, scalars) -> tuple[int, tuple] | None:
     name, attrs, args = op["op"], op.get("attrs") or {}, list(op["args"])
+    if (op.get("domain"), name) == ("com.microsoft", "QuickGelu") and args == [0]:  # SiLU (fuse/silu.py)
+        return jit_conv.SILU, (0.5 * attrs.get("alpha", 1.702), 0.5)
     if op.get("domain") or args[:1] != [0]:
         return None
     rest = args[1:]
@@ -164,7 +167,7 @@ def _merge(conv: dict, reader: dict, out: str, weights: dict) -> dict | None:
     key = (reader.get("domain") or "", reader["op"])
     if key == CHAIN:
         ops = reader["attrs"]["ops"]
-    elif key in INTO and len(reader["outputs"]) == 1:
+    elif key in EPILOGUE_OPS and len(reader["outputs"]) == 1:
         ops = [{"op": reader["op"], "domain": key[0], "args": list(range(len(reader["inputs"]))),
                 "attrs": dict(reader.get("attrs") or {})}]
     else:

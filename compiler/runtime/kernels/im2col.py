@@ -26,6 +26,7 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ..gemm_impls import SPLIT_MIN_MACS, product_into
 from .common import parallel_for
 
 KEEP_BYTES = 1 << 23  # phase planes up to this size stay allocated between runs (per step)
@@ -181,6 +182,21 @@ def _chunks(total: int, size: int):
         yield start, min(start + size, total)
 
 
+def _shared_product(weights: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """weights @ cols[i] for each image: one image's GEMM in row or column blocks shared with the
+    helper thread (product_into), several images split between the two threads. A 3x3 convolution
+    of a batch-1 ResNet stage is one GEMM of ~0.2 GFLOP: on one BLAS thread it ran at half
+    onnxruntime's speed, which uses both cores."""
+    n, length = cols.shape[0], cols.shape[2]
+    if n == 1:
+        return product_into(weights, cols[0]).reshape(1, weights.shape[0], length)
+    wide = np.empty((n, weights.shape[0], length), np.result_type(weights.dtype, cols.dtype))
+    if weights.shape[0] * cols[0].size < SPLIT_MIN_MACS:
+        return np.matmul(weights, cols, out=wide)
+    parallel_for(n, lambda image: np.matmul(weights, cols[image], out=wide[image]))
+    return wide
+
+
 def dense2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict, epilogue=None) -> np.ndarray:
     """Group 1, dilation 1. `epilogue(block)`, when given, runs in place on each (M, positions)
     block of wide output rows right after its product, while it is in cache (an activation); large
@@ -196,7 +212,7 @@ def dense2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict, epilogue
     if n * rows * layout.length * x.itemsize <= 4 * CACHE_BYTES:  # small: all images, one call
         scratch = layout.scratch(n * rows * layout.length, x.dtype)
         cols = layout.columns(data, scratch, slice(0, n * c), 0, layout.length, False).reshape(n, rows, layout.length)
-        wide = np.matmul(weights[:, :rows], cols)
+        wide = _shared_product(weights[:, :rows], cols)
         if ones:
             wide += bias.reshape(1, m, 1)
         if epilogue is not None:
@@ -214,7 +230,10 @@ def dense2d(x, w, bias, strides, pads_begin, pads_end, out, memo: dict, epilogue
             cols = scratch[:(rows + 1) * (stop - start)].reshape(rows + 1, stop - start)
             cols[rows] = 1
         target = wide[image, :, start:stop]
-        np.matmul(weights, cols, out=target)  # unit-stride rows: BLAS writes the slice with ldc = L
+        if len(items) == 1:  # one block (a batch-1 map): its GEMM is shared with the helper thread instead
+            product_into(weights, cols, out=target)
+        else:
+            np.matmul(weights, cols, out=target)  # unit-stride rows: BLAS writes the slice with ldc = L
         if epilogue is not None:
             epilogue(target)
 

@@ -160,3 +160,18 @@ def attend(q, k, v, padding, attn_bias, scale: float, filler: float, causal: boo
     y = np.empty((batch, seq, heads * v.shape[-1]), dtype)
     np.matmul(probs, v, out=y.reshape(batch, seq, heads, v.shape[-1]).transpose(0, 2, 1, 3))
     return y
+
+
+def softmax_last(x: np.ndarray) -> np.ndarray | None:
+    """Softmax over the last axis of float32 data as a new array (a standalone Softmax: the scores'
+    pass without scale, mask or bias), or None where the compiled path does not apply. One call
+    instead of activation.softmax_last's eight NumPy passes, which cost more than the work on the
+    small rows of eager-attention exports."""
+    kernel = _softmax_scores.get()
+    if kernel is None or x.dtype != np.float32 or x.ndim == 0 or x.size == 0:
+        return None
+    keys = x.shape[-1]
+    scores = np.array(x, dtype=np.float32, order="C").reshape(1, 1, -1, keys)  # the kernel writes into it
+    probs = np.empty(scores.shape, np.float32)
+    kernel(scores, _NO_BIAS, _NO_MASK, np.float32(1.0), np.float32(-math.inf), False, probs)
+    return probs.reshape(x.shape)

@@ -24,6 +24,7 @@ import threading
 import numpy as np
 
 from ..jit import jit
+from . import jit_activation as _jit_activation
 from .common import parallel_for
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
@@ -33,8 +34,11 @@ PARALLEL_BYTES = 1 << 22  # direct convolution jobs go to the helper thread from
 SMALL_PLANE = 4096  # elements: _direct activates such output planes in one call, larger ones by row
 
 # activation codes (the compiled kernels' `act`); + AFFINE: then y * scale + shift
-IDENTITY, RELU, CLIP, HARD_SIGMOID, HARD_SWISH, LEAKY_RELU = range(6)
+IDENTITY, RELU, CLIP, HARD_SIGMOID, HARD_SWISH, LEAKY_RELU, SILU = range(7)
 AFFINE = 16
+# SILU: x * sigmoid(alpha x) = x * (tanh(alpha x / 2) / 2 + 1 / 2), tanh by jit_activation's rational
+# fit (the same formula and order as the compiled QuickGelu, so fusing it changes no result)
+_TANH_P, _TANH_Q, _TANH_CLAMP = _jit_activation._TANH_P, _jit_activation._TANH_Q, 9.0
 
 
 class FusedActivation:
@@ -114,6 +118,21 @@ def _activate_row(ys, start, count, act, params):
             v = ys[start + q]
             t = v * a
             ys[start + q] = t if v < t else v
+    elif base == SILU:  # a = alpha / 2, b = 1 / 2
+        f = ys.dtype.type
+        clamp = f(_TANH_CLAMP)
+        p0, p1, p2, p3 = f(_TANH_P[0]), f(_TANH_P[1]), f(_TANH_P[2]), f(_TANH_P[3])
+        p4, p5, p6 = f(_TANH_P[4]), f(_TANH_P[5]), f(_TANH_P[6])
+        q0, q1, q2, q3 = f(_TANH_Q[0]), f(_TANH_Q[1]), f(_TANH_Q[2]), f(_TANH_Q[3])
+        for q in range(count):
+            v = ys[start + q]
+            u = v * a
+            u = -clamp if u < -clamp else u
+            u = clamp if u > clamp else u
+            u2 = u * u
+            th = ((((((u2 * p0 + p1) * u2 + p2) * u2 + p3) * u2 + p4) * u2 + p5) * u2 + p6) * u / \
+                (((u2 * q0 + q1) * u2 + q2) * u2 + q3)
+            ys[start + q] = v * (th * b + b)
     if act >= AFFINE:
         scale, shift = params[4], params[5]
         for q in range(count):

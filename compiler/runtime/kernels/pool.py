@@ -1,16 +1,22 @@
 """Pooling: MaxPool (with Indices), AveragePool, LpPool, the Global* forms and MaxUnpool.
 
 Windows are reduced one kernel tap at a time over strided views of the padded input, so the work is
-a handful of whole-tensor NumPy passes whatever the channel count."""
+a handful of whole-tensor NumPy passes whatever the channel count (2-D float pools run compiled
+instead where numba is there: jit_pool.py). Where the kernel has more taps than
+the output has positions (a 7x7 average at the end of a CNN, a window as large as the image with
+ceil_mode), each output window is reduced directly instead, clipped to the input: the tap loop would
+make one pass per tap and pad the input out to the whole window."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 
 from .common import arg, ints
 from .conv import geometry, padded, taps
+from .jit_pool import pool2d
 
 
 def _window_geometry(x, attrs):
@@ -22,9 +28,39 @@ def _window_geometry(x, attrs):
     return kernel, geo, [e + x_ for e, x_ in zip(geo.pads_end, extra)]
 
 
+def _prefers_windows(kernel, geo) -> bool:
+    return all(d == 1 for d in geo.dilations) and math.prod(geo.out) < math.prod(kernel)
+
+
+def _windows(x, kernel, geo):
+    """Per output position: its index, the window's slice of the (unpadded) input and the window's
+    extent inside the explicit pads (the ceil_mode overhang excluded), for count_include_pad."""
+    spatial = x.shape[2:]
+    for position in itertools.product(*(range(n) for n in geo.out)):
+        starts = [o * s - b for o, s, b in zip(position, geo.strides, geo.pads_begin)]
+        window = tuple(slice(max(a, 0), max(min(a + k, n), 0)) for a, k, n in zip(starts, kernel, spatial))
+        padded_extent = math.prod(min(a + k, n + e) - max(a, -b) for a, k, n, b, e in
+                                  zip(starts, kernel, spatial, geo.pads_begin, geo.pads_end))
+        yield (Ellipsis,) + position, (slice(None), slice(None)) + window, padded_extent
+
+
+def _reduce_windows(x, kernel, geo, reduce, empty):
+    axes = tuple(range(2, x.ndim))
+    y = np.empty(x.shape[:2] + tuple(geo.out), dtype=x.dtype)
+    for at, window, _ in _windows(x, kernel, geo):
+        part = x[window]
+        y[at] = reduce(part, axis=axes) if part.size else empty
+    return y
+
+
 def max_pool(inputs, attrs, ctx):
     x = inputs[0]
     kernel, geo, end = _window_geometry(x, attrs)
+    compiled = pool2d(x, kernel, geo, is_max=True) if len(ctx.out) < 2 else None
+    if compiled is not None:
+        return [compiled]
+    if len(ctx.out) < 2 and _prefers_windows(kernel, geo):
+        return [_reduce_windows(x, kernel, geo, np.max, -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min)]
     low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     xp = padded(x, geo.pads_begin, end, low)
     y = None
@@ -56,6 +92,11 @@ def _max_indices(x, xp, y, kernel, geo, storage_order):
 def average_pool(inputs, attrs, ctx):
     x = inputs[0]
     kernel, geo, end = _window_geometry(x, attrs)
+    compiled = pool2d(x, kernel, geo, is_max=False, count_include_pad=bool(attrs.get("count_include_pad", 0)))
+    if compiled is not None:
+        return [compiled]
+    if _prefers_windows(kernel, geo):
+        return [_average_windows(x, kernel, geo, bool(attrs.get("count_include_pad", 0)))]
     xp = padded(x, geo.pads_begin, end)
     total = None
     for _, window in taps(kernel, geo):
@@ -71,6 +112,16 @@ def average_pool(inputs, attrs, ctx):
         count = ones[window].copy() if count is None else count + ones[window]
     total /= count
     return [total]
+
+
+def _average_windows(x, kernel, geo, count_include_pad: bool) -> np.ndarray:
+    axes = tuple(range(2, x.ndim))
+    y = np.empty(x.shape[:2] + tuple(geo.out), dtype=x.dtype)
+    for at, window, padded_extent in _windows(x, kernel, geo):
+        part = x[window]
+        count = padded_extent if count_include_pad else math.prod(w.stop - w.start for w in window[2:])
+        y[at] = np.sum(part, axis=axes) / count if count else 0.0
+    return y
 
 
 def lp_pool(inputs, attrs, ctx):

@@ -7,6 +7,17 @@ from __future__ import annotations
 import numpy as np
 
 from .common import arg, ints, norm_axis, to_compute
+from .jit_resize import resize2d
+
+
+def _near(a: float, b: float) -> bool:
+    """np.isclose's test on two floats, without its ~60 us of array machinery per call."""
+    return abs(a - b) <= 1e-8 + 1e-5 * abs(b)
+
+
+def _is_whole(region) -> bool:
+    """A ROI of (0, 1) on an axis: the whole axis."""
+    return _near(float(region[0]), 0.0) and _near(float(region[1]), 1.0)
 
 
 def _source_coords(mode, out_len, in_len, scale, roi):
@@ -58,8 +69,25 @@ def _taps(ratio, scale, attrs):
     return weights / weights.sum(axis=1, keepdims=True)
 
 
-def _resize_axis(x, axis, out_len, scale, attrs, roi):
-    in_len = x.shape[axis]
+_PLAN_KEYS = ("mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "antialias", "exclude_outside")
+
+
+def _axis_plan(in_len: int, out_len: int, scale: float, attrs, roi, plans: dict | None):
+    """(index [out, n] of the source taps, their weights, the outside-the-ROI mask or None) for one
+    axis: a function of the lengths, scale, ROI and mode alone, so kept in the step's memo (the
+    coordinate arithmetic costs more than the gathers on the small maps of decoder heads)."""
+    key = (in_len, out_len, scale, tuple(roi), tuple(attrs.get(k) for k in _PLAN_KEYS))
+    plan = plans.get(key) if plans is not None else None
+    if plan is None:
+        plan = _compute_axis_plan(in_len, out_len, scale, attrs, roi)
+        if plans is not None:
+            if len(plans) > 32:
+                plans.clear()
+            plans[key] = plan
+    return plan
+
+
+def _compute_axis_plan(in_len, out_len, scale, attrs, roi):
     coord_mode = attrs.get("coordinate_transformation_mode", "half_pixel")
     coords = _source_coords(coord_mode, out_len, in_len, scale, roi)
     floor = np.floor(coords)
@@ -80,20 +108,27 @@ def _resize_axis(x, axis, out_len, scale, attrs, roi):
         total = weights.sum(axis=1, keepdims=True)
         weights = weights / np.where(total == 0, 1.0, total)
     index = np.clip(index, 0, in_len - 1)
-    shape = (1,) * axis + (out_len,) + (1,) * (x.ndim - axis - 1)
     if attrs.get("mode", "nearest") == "nearest":
-        pick = np.take_along_axis(index, np.argmax(weights, axis=1)[:, None], axis=1)[:, 0]
-        y = np.take(x, pick, axis=axis)
+        index = np.take_along_axis(index, np.argmax(weights, axis=1)[:, None], axis=1)
+        weights = None
+    outside = (coords < 0) | (coords > in_len - 1) if coord_mode == "tf_crop_and_resize" else None
+    return index, weights, outside
+
+
+def _resize_axis(x, axis, out_len, scale, attrs, roi, plans=None):
+    index, weights, outside = _axis_plan(x.shape[axis], out_len, scale, attrs, roi, plans)
+    shape = (1,) * axis + (out_len,) + (1,) * (x.ndim - axis - 1)
+    if weights is None:  # nearest
+        y = np.take(x, index[:, 0], axis=axis)
     else:
         weights = weights.astype(x.dtype)
         y = None
-        for tap in range(n):
+        for tap in range(index.shape[1]):
             term = np.take(x, index[:, tap], axis=axis)
             term *= weights[:, tap].reshape(shape)
             y = term if y is None else np.add(y, term, out=y)
-    if coord_mode == "tf_crop_and_resize":
-        outside = ((coords < 0) | (coords > in_len - 1)).reshape(shape)
-        y = np.where(outside, x.dtype.type(attrs.get("extrapolation_value", 0.0)), y)
+    if outside is not None:
+        y = np.where(outside.reshape(shape), x.dtype.type(attrs.get("extrapolation_value", 0.0)), y)
     return y
 
 
@@ -111,7 +146,7 @@ def _repeats(attrs, axes, scale_of, full_sizes, shape, full_roi) -> dict | None:
     """axis -> factor when every axis that changes is an integer nearest upscale (np.repeat)."""
     repeats = {}
     for a in axes:
-        if full_sizes[a] == shape[a] and np.isclose(scale_of[a], 1.0) and np.allclose(full_roi.get(a, (0.0, 1.0)), (0.0, 1.0)):
+        if full_sizes[a] == shape[a] and _near(scale_of[a], 1.0) and _is_whole(full_roi.get(a, (0.0, 1.0))):
             continue
         if not _is_repeat(attrs, scale_of[a], full_sizes[a], shape[a]):
             return None
@@ -119,7 +154,29 @@ def _repeats(attrs, axes, scale_of, full_sizes, shape, full_roi) -> dict | None:
     return repeats or None
 
 
-def resize_array(x, scales, sizes, attrs, roi=None):
+def _changes(a, work_shape, full_sizes, scale_of, full_roi) -> bool:
+    region = full_roi.get(a, (0.0, 1.0))
+    return not (full_sizes[a] == work_shape[a] and _near(scale_of[a], 1.0) and _is_whole(region))
+
+
+def _resize_last_two_compiled(work, axes, full_sizes, scale_of, full_roi, attrs, plans, result: list) -> list:
+    """Linear or cubic resizes of exactly the last two axes run as one compiled call (jit_resize.py,
+    appended to `result`); returns the axes still to resize one at a time."""
+    rank = work.ndim
+    changing = [a for a in axes if _changes(a, work.shape, full_sizes, scale_of, full_roi)]
+    if attrs.get("mode", "nearest") == "nearest" or changing != [rank - 2, rank - 1] or \
+            attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        return axes
+    plan_h, plan_w = (_axis_plan(work.shape[a], full_sizes[a], scale_of[a], attrs, full_roi.get(a, (0.0, 1.0)), plans)
+                      for a in changing)
+    resized = resize2d(work, plan_h[:2], plan_w[:2])
+    if resized is None:
+        return axes
+    result.append(resized)
+    return []
+
+
+def resize_array(x, scales, sizes, attrs, roi=None, plans: dict | None = None):
     rank = x.ndim
     axes = [norm_axis(a, rank) for a in attrs.get("axes") or range(rank)]
     if sizes is not None:
@@ -149,15 +206,18 @@ def resize_array(x, scales, sizes, attrs, roi=None):
         work = y.reshape(full_sizes)
     if repeats is not None:
         axes = []
+    axes = _resize_last_two_compiled(work, axes, full_sizes, scale_of, full_roi, attrs, plans, result := [])
+    if result:
+        work = result[0]
     for a in axes:
         region = full_roi.get(a, (0.0, 1.0))
-        if full_sizes[a] == work.shape[a] and np.isclose(scale_of[a], 1.0) and np.allclose(region, (0.0, 1.0)):
+        if full_sizes[a] == work.shape[a] and _near(scale_of[a], 1.0) and _is_whole(region):
             continue
         scale = scale_of[a]
         if _is_repeat(attrs, scale, full_sizes[a], work.shape[a]):
             work = np.repeat(work, int(scale), axis=a)
             continue
-        work = _resize_axis(work, a, full_sizes[a], scale, attrs, region)
+        work = _resize_axis(work, a, full_sizes[a], scale, attrs, region, plans)
     if x.dtype.kind in "iu":  # ORT casts the float result (truncation), after clamping to the range
         info = np.iinfo(x.dtype)
         return np.clip(work, info.min, info.max).astype(x.dtype)
@@ -173,7 +233,7 @@ def resize(inputs, attrs, ctx):
     scales = scales.tolist() if scales is not None and scales.size else None
     sizes = ints(sizes) if sizes is not None and sizes.size else None
     roi = roi.astype(np.float64).tolist() if roi is not None and roi.size else None
-    return [resize_array(x, scales, sizes, attrs, roi)]
+    return [resize_array(x, scales, sizes, attrs, roi, ctx.memo.setdefault("resize-plans", {}))]
 
 
 def upsample(inputs, attrs, ctx):

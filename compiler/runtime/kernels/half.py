@@ -1,0 +1,63 @@
+"""float16 data through the float32 kernels, as onnxruntime's CPU provider runs it.
+
+NumPy has no BLAS path for float16 (its matmul runs at under 1 GFLOP/s here) and reduces float16
+rows in float16. onnxruntime's CPU provider has few float16 kernels: its InsertCastTransformer runs
+the others in float32 between Casts, so a float16 model's ops compute in float32 and round their
+results to float16. The kernels named in WIDENED do the same here: float16 inputs are widened,
+the float32 kernel runs, and the outputs that follow the input type are rounded back.
+
+Constant inputs (weights, read-only in a loaded plan) are widened once per step and kept in the
+step's memo; activations are widened on every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .common import KernelContext
+
+F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
+ALL = None  # every output follows the input type
+
+# (domain, op) -> how many leading outputs have the input type (the rest keep theirs, as
+# LayerNormalization's float32 mean and inverse std do).
+WIDENED: dict[tuple[str, str], int | None] = {
+    **{("", op): ALL for op in ("MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose", "Softmax", "LogSoftmax",
+                                "InstanceNormalization", "GroupNormalization", "BatchNormalization",
+                                "ReduceMean", "ReduceSum", "ReduceL2", "ReduceLogSumExp", "GlobalAveragePool",
+                                "AveragePool", "Resize")},
+    ("", "LayerNormalization"): 1,
+    ("", "RMSNormalization"): 1,
+    **{("com.microsoft", op): ALL for op in ("FusedMatMul", "FusedGemm", "FusedConv", "BiasGelu", "FastGelu")},
+    ("com.microsoft", "SkipLayerNormalization"): 1,
+    ("com.microsoft", "SkipSimplifiedLayerNormalization"): 1,
+    ("infc.cpu", "ConvEpilogue"): ALL,
+}
+
+
+def widen_half(kernel: Callable, num_typed_outputs: int | None) -> Callable:
+    def run(inputs, attrs, ctx: KernelContext):
+        if not any(x is not None and getattr(x, "dtype", None) == F16 for x in inputs):
+            return kernel(inputs, attrs, ctx)
+        memo = ctx.memo.setdefault("half", {})
+        wide = [_widened(x, position, memo) for position, x in enumerate(inputs)]
+        # an offered output buffer is float16: the float32 kernel allocates its own
+        results = kernel(wide, attrs, KernelContext(ctx.opset, [None] * len(ctx.out), ctx.memo))
+        last = len(results) if num_typed_outputs is None else num_typed_outputs
+        return [r.astype(F16) if i < last and r is not None and r.dtype == F32 else r for i, r in enumerate(results)]
+    run.accepts_out = getattr(kernel, "accepts_out", False)  # float32 data keeps the donated buffers
+    run.__wrapped__ = kernel
+    return run
+
+
+def _widened(x, position: int, memo: dict):
+    if x is None or getattr(x, "dtype", None) != F16:
+        return x
+    if x.flags.writeable:  # an activation (or a weight before the plan is written): changes every call
+        return x.astype(F32)
+    cached = memo.get(position)
+    if cached is None or cached[0] is not x:
+        cached = memo[position] = (x, x.astype(F32))
+    return cached[1]

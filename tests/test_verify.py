@@ -1,0 +1,44 @@
+"""`--verify` inputs: models whose inputs must be long (a convolutional front end over raw samples)
+still get random inputs they run on."""
+
+import numpy as np
+import pytest
+from infc.compiler.errors import BadInput
+from infc.compiler.optimize import optimize_model
+from infc.compiler.testing import make_model
+from infc.compiler.verify import verify_models
+from onnx import helper
+
+F32 = np.float32
+
+
+def _audio_front_end(kernel: int):
+    """[batch, samples] -> Conv1d(kernel, stride 5) -> Relu: needs at least `kernel` samples."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Unsqueeze", ["wave", "axis1"], ["wave3"]),
+             helper.make_node("Conv", ["wave3", "w"], ["conv"], strides=[5]),
+             helper.make_node("Relu", ["conv"], ["features"])]
+    return make_model(nodes, [("wave", F32, ["batch", "samples"])], [("features", F32, ["batch", 4, "frames"])],
+                      {"axis1": np.array([1], np.int64), "w": rng.standard_normal((4, 1, kernel)).astype(F32)})
+
+
+def test_verify_tries_longer_dims_for_a_front_end():
+    model = _audio_front_end(kernel=400)  # the default length (32) is too short
+    diffs = verify_models(model, optimize_model(model).model)
+    assert diffs[0].max_rel_diff < 1e-5
+
+
+def test_verify_reports_the_first_failure_when_no_length_runs():
+    model = _audio_front_end(kernel=10000)  # longer than any length tried
+    with pytest.raises(BadInput, match="cannot run the original model"):
+        verify_models(model, model)
+
+
+def test_a_model_onnxruntime_refuses_is_bad_input():
+    # torch's opset-11 export of T5's relative-position buckets: Min over int64, which opset 11's
+    # Min does not take. infc runs it; --verify has no reference and must say so (exit 2), not crash.
+    nodes = [helper.make_node("Min", ["positions", "limit"], ["clamped"])]
+    model = make_model(nodes, [("positions", np.int64, [4])], [("clamped", np.int64, [4])],
+                       {"limit": np.array([2], np.int64)}, opset=11)
+    with pytest.raises(BadInput, match="onnxruntime cannot load the model"):
+        verify_models(model, model)
