@@ -24,6 +24,22 @@ from .conftest import EMULATED, EMULATED_LOW
 pytestmark = pytest.mark.skipif(find_nvcc() is None, reason="nvcc (CUDA 13.0) not installed")
 
 
+def run_against_onnxruntime(plan_path, model_path, limit: float) -> PlanSession:
+    """The plan through PlanSession on seeded random inputs against onnxruntime's fp32 model: every output
+    copied back to the host and within `limit` (max |diff| / max |ref|). Returns the session."""
+    session = PlanSession(plan_path)
+    feeds = session.check_feeds(random_plan_feeds(session, 11), "random")
+    names = session.output_names
+    expected = ort_session(load_model(model_path)).run(names, feeds)
+    actual = session.run(feeds)
+    for name, want in zip(names, expected):
+        got = actual[name]
+        assert isinstance(got, np.ndarray) and type(got) is np.ndarray  # copied back to the host
+        error = np.abs(got.astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30)
+        assert error <= limit, f"{name}: max error {error:.2e}"
+    return session
+
+
 @pytest.mark.parametrize("model", ["cnn_ts.onnx", "bert_ts.onnx"])
 def test_cuda_plan_matches_onnxruntime(model, tmp_path, stand_in_device):
     path = f"tests/models/{model}"
@@ -49,16 +65,7 @@ def test_cuda_plan_matches_onnxruntime(model, tmp_path, stand_in_device):
         assert plan.sections[info["section"]].tobytes().startswith(b"\x7fELF")
         assert info["resources"]["stack_frame"] == 0
 
-    session = PlanSession(plan_path)
-    feeds = session.check_feeds(random_plan_feeds(session, 11), "random")
-    names = session.output_names
-    expected = ort_session(load_model(path)).run(names, feeds)
-    actual = session.run(feeds)
-    for name, want in zip(names, expected):
-        got = actual[name]
-        assert isinstance(got, np.ndarray) and type(got) is np.ndarray  # copied back to the host
-        error = np.abs(got.astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30)
-        assert error <= 1e-4, f"{name}: max error {error:.2e}"
+    session = run_against_onnxruntime(plan_path, path, 1e-4)
     placed = session.executor.report()
     assert placed["placement"].get("device gemm", 0) == len(cuda["gemms"])
     launched = placed["gemm_launches"]
@@ -122,14 +129,7 @@ def test_reduced_precision_cuda_plan_runs_its_gemms_on_tensor_core_tiles(model, 
     kernels = {c["kernel"] for entry in gemms for c in entry["choices"] if c["impl"] == "kernel"}
     assert kernels and kernels <= set(EMULATED_LOW)  # the tile the fake bench made fastest won where it fits
 
-    session = PlanSession(plan_path)
-    feeds = session.check_feeds(random_plan_feeds(session, 11), "random")
-    names = session.output_names
-    expected = ort_session(load_model(path)).run(names, feeds)
-    actual = session.run(feeds)
-    for name, want in zip(names, expected):
-        error = np.abs(actual[name].astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30)
-        assert error <= 2e-2, f"{name}: max error {error:.2e}"
+    session = run_against_onnxruntime(plan_path, path, 2e-2)
     placed = session.executor.report()
     launched = placed["gemm_launches"]
     assert set(launched) <= kernels | {"cublas"} and sum(launched.get(k, 0) for k in kernels) > 0
