@@ -104,3 +104,14 @@ def test_corrupt_or_foreign_cubin_is_refused(cuda_plan):
         plan_loader.kernel_images(path, meta, {f"cubin/{VARIANT}": b"not an ELF image"}, arch="sm_90")
     with pytest.raises(BadInput, match="does not carry"):
         plan_loader.kernel_images(path, meta, {}, arch="sm_90")
+
+
+def test_a_gemm_site_of_an_unknown_operand_type_is_bad_input():
+    """A 16-bit site records its dtype; anything else in a plan is refused with a one-line error."""
+    from infc.compiler.runtime.cuda.gemm import GemmSpec
+
+    entry = {"step": 3, "w_nk": "w@nk", "N": 8, "K": 16, "choices": [{"m_max": 4, "impl": "cublas"}]}
+    assert GemmSpec.from_json(entry).dtype == "float32"
+    assert GemmSpec.from_json({**entry, "dtype": "float16"}).dtype == "float16"
+    with pytest.raises(BadInput, match="step 3: unknown dtype 'int4'"):
+        GemmSpec.from_json({**entry, "dtype": "int4"})

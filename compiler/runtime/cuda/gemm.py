@@ -20,6 +20,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ...errors import BadInput
+
 CUBLAS = "cublas"
 # launch(a (M, K), w_nk (N, K), out (M, N), M, N, K) -> None; GemmKernel.__call__ has this shape
 Launch = Callable[..., Any]
@@ -71,7 +73,7 @@ class GemmSpec:
         epilogue = data.get("epilogue")
         dtype = str(data.get("dtype", "float32"))
         if dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"gemm site of step {data['step']}: unknown dtype {dtype!r}")
+            raise BadInput(f"plan: gemm site of step {data['step']}: unknown dtype {dtype!r}")
         return cls(int(data["step"]), str(data["w_nk"]), int(data["N"]), int(data["K"]),
                    tuple(Choice.from_json(c) for c in data["choices"]),
                    EpilogueSpec.from_json(epilogue) if epilogue else None, dtype)
