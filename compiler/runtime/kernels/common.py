@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..gemm_impls import parallel_for  # noqa: F401 - the kernels' way to share a loop with a second core
+# parallel_for: the kernels' way to share a loop with a second core
+from ..gemm_impls import PARALLEL_MIN_BYTES, parallel_for
 
 
 @dataclass
@@ -135,3 +136,18 @@ def clip_into(x: np.ndarray, low, high, out: np.ndarray) -> np.ndarray:
 def to_compute(x: np.ndarray) -> np.ndarray:
     """Exotic float dtypes go to float32 for arithmetic; everything else stays as is."""
     return x.astype(np.float32) if x.dtype.kind == "V" else x
+
+
+def over_planes(compiled, planes: np.ndarray, args: tuple, out: np.ndarray, nbytes: int) -> None:
+    """compiled(planes, *args, out) over independent leading-axis planes (images x channels), split in
+    two halves between the cores when there are two planes and `nbytes` is worth the hand-off."""
+    count = planes.shape[0]
+    if count < 2 or nbytes < PARALLEL_MIN_BYTES:
+        compiled(planes, *args, out)
+        return
+
+    def half(index: int) -> None:
+        lo, hi = count * index // 2, count * (index + 1) // 2
+        compiled(planes[lo:hi], *args, out[lo:hi])
+
+    parallel_for(2, half)

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gemm_impls import PARALLEL_MIN_BYTES
 from ..jit import jit
-from .common import parallel_for
+from .common import over_planes
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -101,13 +100,5 @@ def pool2d(x: np.ndarray, kernel, geo, is_max: bool, count_include_pad: bool = F
         low, high = np.zeros(2, np.int64), np.array(spatial, np.int64)
     args = (np.array(kernel, np.int64), np.array(geo.strides, np.int64), np.array(geo.dilations, np.int64),
             np.array(geo.pads_begin, np.int64), low, high, is_max)
-    count = planes.shape[0]
-    if count >= 2 and x.nbytes >= PARALLEL_MIN_BYTES:
-        def half(index: int) -> None:
-            lo, hi = count * index // 2, count * (index + 1) // 2
-            compiled(planes[lo:hi], *args, y[lo:hi])
-
-        parallel_for(2, half)
-    else:
-        compiled(planes, *args, y)
+    over_planes(compiled, planes, args, y, x.nbytes)
     return y.reshape((n, c) + tuple(geo.out))

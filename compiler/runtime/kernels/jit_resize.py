@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gemm_impls import PARALLEL_MIN_BYTES
 from ..jit import jit
-from .common import parallel_for
+from .common import over_planes
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -58,13 +57,5 @@ def resize2d(x: np.ndarray, plan_h, plan_w) -> np.ndarray | None:
     y = np.empty((planes.shape[0], index_h.shape[0], index_w.shape[0]), x.dtype)
     args = (np.ascontiguousarray(index_h), np.ascontiguousarray(weight_h, dtype=x.dtype),
             np.ascontiguousarray(index_w), np.ascontiguousarray(weight_w, dtype=x.dtype))
-    count = planes.shape[0]
-    if count >= 2 and y.nbytes >= PARALLEL_MIN_BYTES:
-        def half(part: int) -> None:
-            lo, hi = count * part // 2, count * (part + 1) // 2
-            compiled(planes[lo:hi], *args, y[lo:hi])
-
-        parallel_for(2, half)
-    else:
-        compiled(planes, *args, y)
+    over_planes(compiled, planes, args, y, y.nbytes)
     return y.reshape(x.shape[:-2] + y.shape[1:])
