@@ -22,6 +22,7 @@ from .memory_plan import plan_memory
 from .model_io import load_model
 from .optimize import optimize_model
 from .plan.format import write_plan
+from .plan_report import kernel_name
 from .profile import Profile, check_profile_matches_model, default_profile, feeds_profile, load_profile
 from .runtime.executor import Executor
 from .runtime.feeds_io import check_feeds, feeds_digest, gather_table_rows, random_inputs
@@ -145,7 +146,8 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
             options.target, fingerprint = "cpu", target_fingerprint("cpu")
             report.update(target="cpu", fingerprint=fingerprint, cuda_fallback_reason=cuda_fallback)
     else:
-        tuning = tune_program(program, shapes_by_level, profile, options, log)
+        tuning = tune_program(program, shapes_by_level, profile, options, log,
+                              feeds=_level_feeds(program, profile.shapes("opt"), rows, given, seed=1))
     blob, weight_table = weights_section(program.weights)
     meta = {
         "infc_version": __version__, "kind": PLAN_KIND, "target": fingerprint, "opset": program.opset,
@@ -187,8 +189,9 @@ def cache_front(model_path: Path, profile: Profile, key_options: dict, fingerpri
 
 
 def _summary(meta: dict) -> dict:
-    return {"kernels": [{"step": s.get("name"), "op": s["op"], "kernel": s.get("kernel", s["op"])} for s in meta["program"]],
+    return {"kernels": [{"step": s.get("name"), "op": s["op"], "kernel": kernel_name(s)} for s in meta["program"]],
             "tuning": meta["tuning"], "fallback_ops": meta["fallback_ops"],
+            **({"conv_tactics": meta["conv_tactics"]} if meta.get("conv_tactics") else {}),
             "memory": {k: meta["memory"][k] for k in ("arena_bytes", "sum_activation_bytes")}}
 
 

@@ -22,7 +22,7 @@ def plan_report(path: str) -> dict:
         "plan": str(path), "infc_version": meta.get("infc_version"), "kind": meta.get("kind"),
         "target": meta.get("target"), "model": meta.get("model"), "profile": meta.get("profile"),
         "inputs": meta.get("inputs"), "outputs": meta.get("outputs"),
-        "kernels": dict(Counter(s.get("kernel", s["op"]) for s in meta["program"]).most_common()),
+        "kernels": dict(Counter(kernel_name(s) for s in meta["program"]).most_common()),
         "tuning": meta.get("tuning", []),
         "memory": {"arena_bytes": memory.get("arena_bytes"), "sum_activation_bytes": memory.get("sum_activation_bytes"),
                    "arena_fraction": (memory["arena_bytes"] / memory["sum_activation_bytes"]) if memory.get("sum_activation_bytes") else None,
@@ -53,6 +53,12 @@ def _decoder_summary(meta: dict) -> dict | None:
             "gemm_invariance": GEMM_INVARIANCE if gemms else "float64 (a plan built before float32 GEMMs)"}
 
 
+def kernel_name(step: dict) -> str:
+    """What runs a step: its kernel, with the vendor tactic the tuner picked for it (tune_convs.py)."""
+    kernel = step.get("kernel", step["op"])
+    return f"{kernel} [{step['tactic']}]" if step.get("tactic") else kernel
+
+
 def _nbytes(info: dict) -> int:
     import numpy as np
 
@@ -60,8 +66,9 @@ def _nbytes(info: dict) -> int:
 
 
 def _tuning_table(tuning: list[dict]) -> Table:
-    table = Table(title="GEMM kernels per shape bucket (time as % of the vendor library; lower is faster)")
-    for column in ("GEMM (M bucket x N x K)", "source", "winner", "winner %", "fastest candidates (% of vendor)"):
+    table = Table(title="Tuned kernels per shape (time as % of the vendor library: BLAS for GEMMs, onnxruntime "
+                        "for convolutions; lower is faster)")
+    for column in ("problem (GEMM: M bucket x N x K)", "source", "winner", "winner %", "fastest candidates (% of vendor)"):
         table.add_column(column)
     for entry in tuning:
         timed = sorted((c for c in entry.get("candidates", []) if c.get("pct_of_vendor") is not None),

@@ -2,7 +2,7 @@
 range covers, the fastest CPU candidate (the vendor library always competes), taken from the
 timing cache when another build measured it already. The step becomes an `infc.cpu.TunedMatMul`
 whose variants name the winner and its pre-packed weights; M beyond the last tuned bucket runs the
-generic kernel."""
+generic kernel. Convolutions get a tactic the same way (tune_convs.py): infc's kernel or onnxruntime's."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from .autotune.timing_cache import TimingCache
 from .autotune.tuner import tune_all
 from .lower import Program
 from .target import cpu_fingerprint, fingerprint_id
+from .runtime.feeds_io import gather_table_rows, random_inputs
+from .tune_convs import confirm_in_context, tune_conv_tactics
 
 TUNED_DOMAIN, TUNED_OP = "infc.cpu", "TunedMatMul"
 
@@ -43,7 +45,9 @@ def _buckets_between(low: int, high: int, m_buckets) -> list[int]:
     return [b for b in m_buckets if first <= b <= last] or [last]
 
 
-def tune_program(program: Program, shapes_by_level: dict, profile, options, log) -> dict:
+def tune_program(program: Program, shapes_by_level: dict, profile, options, log, feeds: dict | None = None) -> dict:
+    """`feeds`: inputs at the profile's opt shapes for the in-context check of convolution tactics
+    (seeded random ones when not given)."""
     target = fingerprint_id(cpu_fingerprint())
     cache = TimingCache(options.cache_dir / "timing_cache.json") if options.use_cache else None
     plans = []  # (step index, weight name, [(bucket, key)])
@@ -59,15 +63,43 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log)
             problems.setdefault(str(key), key)
             keys.append((bucket, key))
         plans.append((index, step["inputs"][1], keys))
-    if not problems:
-        return {"table": [], "sections": {}, "cache_stats": {"hits": 0, "misses": 0}}
-    report = tune_all([gemm_problem(key) for key in problems.values()], budget_s=profile.budget_s, cache=cache,
-                      show_progress=options.show_progress)
-    table = [_table_row(result) for result in report.results.values()]
-    for index, weight_name, keys in plans:
-        _rewrite_step(program, index, weight_name, [(bucket, report.results[str(key)]) for bucket, key in keys])
-    return {"table": table, "sections": {}, "cache_stats": {"hits": report.num_cache_hits, "misses": report.num_cache_misses,
-                                                           "time_s": round(report.time_s, 3)}}
+    reports, table = [], []
+    if problems:
+        report = tune_all([gemm_problem(key) for key in problems.values()], budget_s=profile.budget_s, cache=cache,
+                          show_progress=options.show_progress)
+        table = [_table_row(result) for result in report.results.values()]
+        for index, weight_name, keys in plans:
+            _rewrite_step(program, index, weight_name, [(bucket, report.results[str(key)]) for bucket, key in keys])
+        reports.append(report)
+    spent = sum(r.time_s for r in reports)
+    conv_rows, conv_report = tune_conv_tactics(
+        program, _with_graph_inputs(program, shapes_by_level, profile), target, cache=cache, show_progress=options.show_progress,
+        budget_s=None if profile.budget_s is None else max(profile.budget_s - spent, 0.0))
+    table += conv_rows
+    reports += [conv_report] if conv_report else []
+    context = {}
+    if any(step.get("tactic") for step in program.steps):
+        if feeds is None:
+            rows = gather_table_rows(program.steps, {n: list(w.shape) for n, w in program.weights.items()})
+            feeds = random_inputs(program.inputs, profile.shapes("opt"), rows, seed=1)
+        context = confirm_in_context(program, feeds)
+        timed = ", ".join(f"{label} {ms:.3g} ms" for label, ms in context["program_ms"].items())
+        log(f"convolution tactics: onnxruntime kept for {context['num_kept']} of the {context['num_marked']} "
+            f"convolutions it won alone (the program at the opt shapes with the marks whose time ratio is: {timed})")
+    return {"table": table, "sections": {}, "cache_stats": {"hits": sum(r.num_cache_hits for r in reports),
+                                                           "misses": sum(r.num_cache_misses for r in reports),
+                                                           "time_s": round(sum(r.time_s for r in reports), 3)},
+            **({"meta": {"conv_tactics": context}} if context else {})}
+
+
+def _with_graph_inputs(program: Program, shapes_by_level: dict, profile) -> dict:
+    """The sample runs saw what the steps produce; the graph inputs' shapes are the profile's."""
+    dtypes = {i["name"]: i.get("dtype") for i in program.inputs}
+    merged = {}
+    for level, seen in shapes_by_level.items():
+        given = profile.shapes(level)
+        merged[level] = {**{n: (tuple(given[n]), dtypes[n]) for n in dtypes if n in given and dtypes[n]}, **seen}
+    return merged
 
 
 def _rewrite_step(program: Program, index: int, weight_name: str, results) -> None:

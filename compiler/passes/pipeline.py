@@ -22,6 +22,7 @@ from .fuse import (
     attention,
     bias_gelu,
     conv_activation,
+    conv_residual,
     gelu,
     gemm,
     hardswish,
@@ -78,6 +79,7 @@ PIPELINE: tuple[Phase, ...] = (
         Step(RewritePass("fuse_swiglu", swiglu.RULES), "gate/up pair after SiLU fusion and before GEMM epilogues take the MatMuls"),
         Step(RewritePass("fuse_bias_gelu", bias_gelu.RULES), "bias Add into GELU before the GEMM fusion would take the Add"),
         Step(RewritePass("fuse_gemm", gemm.RULES), "MatMul + bias (+ activation) into a GEMM with epilogue"),
+        Step(RewritePass("fuse_conv_residual", conv_residual.RULES), "a residual Add (and the activation after it) into FusedConv's Z, before the activation alone would take the Conv"),
         Step(RewritePass("fuse_conv_activation", conv_activation.RULES), "last: Conv takes its activation once bias/BN are folded"),
     )),
     Phase("layout", (

@@ -142,25 +142,36 @@ def _unfused(inputs, attrs, ctx):
 def fuse_conv_epilogues(steps: list[dict], weights: dict, keep: set[str]) -> list[dict]:
     """The program with each convolution whose output only one scalar-operand elementwise step reads
     (and that is not in `keep`) merged with that step."""
+    merged: dict[int, dict | None] = {}
+    for index, (reader, fused) in epilogue_pairs(steps, weights, keep).items():
+        merged[index] = fused
+        merged[reader] = None
+    return [merged.get(i, step) for i, step in enumerate(steps) if merged.get(i, step) is not None]
+
+
+def epilogue_pairs(steps: list[dict], weights: dict, keep: set[str]) -> dict[int, tuple[int, dict]]:
+    """conv step index -> (its reader's index, the merged ConvEpilogue step), for each pair
+    fuse_conv_epilogues merges (the build's conv tuning times a convolution with its epilogue)."""
     readers: dict[str, list[int]] = {}
     for index, step in enumerate(steps):
         for name in step["inputs"]:
             if name:
                 readers.setdefault(name, []).append(index)
-    merged: dict[int, dict] = {}
+    pairs: dict[int, tuple[int, dict]] = {}
+    taken: set[int] = set()
     for index, step in enumerate(steps):
         key = (step.get("domain") or "", step["op"])
-        if key not in CONVS or len(step["outputs"]) != 1 or step["outputs"][0] in keep:
-            continue
+        if key not in CONVS or len(step["outputs"]) != 1 or step["outputs"][0] in keep or step.get("tactic"):
+            continue  # a convolution onnxruntime runs (runtime/vendor_conv.py) has no epilogue hook
         out = step["outputs"][0]
-        if len(readers.get(out, [])) != 1 or readers[out][0] in merged:
+        if len(readers.get(out, [])) != 1 or readers[out][0] in taken:
             continue
         reader = readers[out][0]
         fused = _merge(step, steps[reader], out, weights)
         if fused is not None:  # runs where the convolution ran: its reader's other inputs are weights
-            merged[index] = fused
-            merged[reader] = None
-    return [merged.get(i, step) for i, step in enumerate(steps) if merged.get(i, step) is not None]
+            pairs[index] = (reader, fused)
+            taken.add(reader)
+    return pairs
 
 
 def _merge(conv: dict, reader: dict, out: str, weights: dict) -> dict | None:

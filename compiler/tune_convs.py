@@ -1,0 +1,175 @@
+"""Convolution tactics for a CPU plan: each float32 Conv / FusedConv with constant weights is timed on
+infc's kernel and on onnxruntime's (autotune/cpu_conv.py) at every distinct input shape its profile
+reaches (min, opt and max, not the opt shape alone), together with the elementwise step the executor
+would fuse into it as an epilogue, and the step is marked `"tactic": "onnxruntime"` (and
+`"tactic_threads"`) when onnxruntime won at most of them (the opt shape breaks a tie).
+
+Timed alone, a convolution runs with its input in cache and onnxruntime's worker thread awake; in a
+program neither holds, so the marks are confirmed in context: the whole program runs at the opt
+shapes with and without them, interleaved, and they stay only if the program got faster. Steps
+keep their inputs and weights as they are: the runtime builds the sessions at load
+(runtime/vendor_conv.py)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import numpy as np
+
+from .autotune.cpu_conv import NATIVE, conv_key, conv_problem, macs, then_name
+from .autotune.tuner import TuneReport, tune_all
+from .lower import Program
+from .runtime.kernels.common import decode_attrs
+from .runtime.kernels.conv_epilogue import epilogue_pairs
+from .runtime.vendor_conv import TACTIC, is_conv_step
+
+LEVELS = ("opt", "min", "max")  # opt first: it breaks ties
+CONFIRM_BUDGET_S = 1.0  # per program variant, for the in-context check
+CONFIRM_MIN_RUNS = 5
+CONFIRM_MARGIN = 0.03  # a marked program must be this much faster than the unmarked one, or the marks go
+# Subsets of the marks tried in context: onnxruntime's time over infc's at most this, at the opt shape
+TIERS = (0.5, 0.75, 1.0)
+TACTIC_FIELDS = ("tactic", "tactic_threads", "tactic_ratio")
+# Smaller convolutions keep infc's kernel untimed: a session call costs ~30 us, about all of their
+# time, and in context (mobile networks, PP-OCR) onnxruntime never won one.
+MIN_MACS = 1 << 20
+
+
+def _candidates(program: Program, shapes_by_level: dict):
+    """(step index, decoded attrs, {level: (x shape, z shape or None)}) for each convolution infc may hand to onnxruntime."""
+    for index, step in enumerate(program.steps):
+        if not is_conv_step(step) or step.get("tactic"):
+            continue
+        inputs = step["inputs"]
+        w = program.weights.get(inputs[1]) if len(inputs) > 1 else None
+        bias_name = inputs[2] if len(inputs) > 2 else ""
+        if w is None or w.dtype != np.float32 or w.ndim < 3 or (bias_name and bias_name not in program.weights):
+            continue
+        if inputs[0] in program.weights or (len(inputs) > 3 and inputs[3] in program.weights):
+            continue  # a constant input: the fold passes left it for a reason; keep infc's kernel
+        shapes = {}
+        for level in LEVELS:
+            seen = shapes_by_level.get(level, {})
+            x = seen.get(inputs[0])
+            z = seen.get(inputs[3]) if len(inputs) > 3 and inputs[3] else None
+            if x is None or x[1] != "float32" or (len(inputs) > 3 and inputs[3] and z is None):
+                break
+            if math.prod(x[0]) == 0:
+                break
+            shapes[level] = (tuple(x[0]), None if z is None else tuple(z[0]))
+        else:
+            out = shapes_by_level.get("opt", {}).get(step["outputs"][0])
+            if out is not None and macs(w.shape, out[0]) < MIN_MACS:
+                continue
+            yield index, decode_attrs(step.get("attrs") or {}), shapes
+
+
+def tune_conv_tactics(program: Program, shapes_by_level: dict, target: str, *, budget_s, cache, show_progress: bool,
+                      bench_fn=None) -> tuple[list, TuneReport | None]:
+    """Marks the steps onnxruntime wins; returns (table rows, the tuner's report)."""
+    output_names = {o["name"] for o in program.outputs}
+    pairs = epilogue_pairs(program.steps, program.weights, output_names)
+    plans = []  # (step index, [keys by level])
+    problems = {}
+    for index, attrs, shapes in _candidates(program, shapes_by_level):
+        step = program.steps[index]
+        inputs = step["inputs"]
+        w = program.weights[inputs[1]]
+        bias = program.weights.get(inputs[2]) if len(inputs) > 2 and inputs[2] else None
+        then = None
+        if index in pairs:
+            reader, merged = pairs[index]
+            then = (program.steps[reader], merged, program.weights)
+        keys = []
+        for level, (x_shape, z_shape) in shapes.items():
+            key = conv_key(x_shape, w.shape, attrs, bias is not None, z_shape is not None, target,
+                           then=then_name(then[0]) if then else "")
+            if str(key) not in problems:
+                problems[str(key)] = conv_problem(key, step["op"], step.get("domain") or "", attrs, x_shape, w, bias,
+                                                  z_shape, program.opset, then=then)
+            keys.append(str(key))
+        plans.append((index, list(dict.fromkeys(keys))))
+    if not problems:
+        return [], None
+    report = tune_all(problems.values(), bench_fn, budget_s=budget_s, cache=cache, show_progress=show_progress)
+    for index, keys in plans:
+        winners = [_measured_winner(report.results[key]) for key in keys]
+        votes = sum(1 if w is not None and w != NATIVE else -1 if w == NATIVE else 0 for w in winners)
+        if votes > 0 or (votes == 0 and winners[0] is not None and winners[0] != NATIVE):
+            vendor = next(w for w in winners if w is not None and w != NATIVE)
+            step = program.steps[index]
+            step["tactic"] = TACTIC
+            if vendor.param("threads"):
+                step["tactic_threads"] = int(vendor.param("threads"))
+            first = report.results[keys[0]]  # the opt shape's (or the first level measured)
+            native, chosen = first.result_of(NATIVE), first.result_of(vendor)
+            if native and chosen and native.is_ok and chosen.is_ok and native.median_s > 0:
+                step["tactic_ratio"] = round(chosen.median_s / native.median_s, 3)
+    return [table_row(result) for result in report.results.values()], report
+
+
+def confirm_in_context(program: Program, feeds: dict, *, budget_s: float = CONFIRM_BUDGET_S, clock=time.perf_counter) -> dict:
+    """Times the program without its tactic marks and with nested subsets of them (the marks whose
+    onnxruntime time was at most each TIERS fraction of infc's), interleaved; keeps the fastest
+    subset if it beats the unmarked program by CONFIRM_MARGIN, else drops every mark. Returns what
+    was measured (for the build report)."""
+    from .runtime.executor import Executor  # noqa: PLC0415
+
+    marked = {index: step for index, step in enumerate(program.steps) if step.get("tactic")}
+    if not marked:
+        return {}
+    subsets = {"none": set()}
+    for tier in TIERS:
+        chosen = frozenset(i for i, step in marked.items() if step.get("tactic_ratio", 1.0) <= tier)
+        if chosen and chosen not in subsets.values():
+            subsets[f"ratio<={tier:g}"] = chosen
+    names = [o["name"] for o in program.outputs]
+
+    def executor(keep):
+        steps = [step if index in keep else {k: v for k, v in step.items() if k not in TACTIC_FIELDS}
+                 for index, step in enumerate(program.steps)]
+        return Executor(steps, program.weights, program.opset, program.islands, output_names=names)
+
+    sides = {label: executor(keep) for label, keep in subsets.items()}
+    times: dict[str, list[float]] = {label: [] for label in sides}
+    for run in sides.values():
+        run.run(feeds)  # warm-up: compiled kernels, sessions' first runs
+    deadline = clock() + budget_s * len(sides)
+    while len(times["none"]) < CONFIRM_MIN_RUNS or (clock() < deadline and len(times["none"]) < 200):
+        for label, run in sides.items():
+            start = clock()
+            run.run(feeds)
+            times[label].append(clock() - start)
+    medians = {label: 1e3 * statistics.median(t) for label, t in times.items()}
+    best = min(medians, key=medians.get)
+    if medians[best] >= medians["none"] * (1.0 - CONFIRM_MARGIN):
+        best = "none"
+    for index, step in marked.items():
+        if index not in subsets[best]:
+            for field in TACTIC_FIELDS:
+                step.pop(field, None)
+    return {"num_marked": len(marked), "num_kept": len(subsets[best]), "kept": best,
+            "program_ms": {label: round(ms, 4) for label, ms in medians.items()}, "num_runs": len(times["none"])}
+
+
+def _measured_winner(result):
+    """The winner when it was timed; None when the budget ran out first (the step keeps infc's kernel)."""
+    measured = result.result_of(result.winner)
+    return result.winner if measured is not None and measured.is_ok else None
+
+
+def table_row(result) -> dict:
+    data = result.to_json()
+    shape = data["key_fields"]["shape"]
+    spatial = sorted(k for k in shape if k.startswith("X"))
+    kernel = "x".join(str(shape[f"K{i}"]) for i in range(len(spatial)))
+    strides = "x".join(str(shape[f"S{i}"]) for i in range(len(spatial)))
+    text = (f"Conv {shape['N']}x{shape['C']}x{'x'.join(str(shape[k]) for k in spatial)} -> {shape['M']} "
+            f"k{kernel} s{strides}{' g' + str(shape['G']) if shape['G'] != 1 else ''} {data['key_fields']['epilogue']}")
+    return {"key": data["key"], "shape": text, "source": result.status, "winner": str(result.winner),
+            "winner_pct_of_vendor": data["winner_percent_of_vendor"], "note": result.note,
+            "candidates": [{"config": str(c.config), "pct_of_vendor": c_json["percent_of_vendor"], "status": c.status,
+                            "median_us": None if c_json["median_s"] is None else round(c_json["median_s"] * 1e6, 2)}
+                           for c, c_json in zip(result.candidates, data["candidates"])]}

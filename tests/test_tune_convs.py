@@ -1,0 +1,131 @@
+"""Convolution tactics on a real program: the steps onnxruntime wins run in onnxruntime sessions, the
+plan still matches onnxruntime on the original model, and untimed steps keep infc's kernel."""
+
+import numpy as np
+import onnx
+import pytest
+
+from infc.compiler.autotune.cpu_conv import NATIVE, VENDOR
+from infc.compiler.build import sample_run
+from infc.compiler.graph import import_graph
+from infc.compiler.lower import lower_graph
+from infc.compiler.optimize import optimize_model
+from infc.compiler.runtime.executor import Executor
+from infc.compiler.runtime.kernels import has_kernel
+from infc.compiler.runtime.vendor_conv import TACTIC, is_conv_step
+from infc.compiler.testing import FIXTURES
+from infc.compiler import tune_convs
+from infc.compiler.tune_convs import tune_conv_tactics
+from infc.compiler.verify import compare_outputs, ort_session
+
+SHAPES = {"min": (1, 3, 32, 32), "opt": (4, 3, 32, 32), "max": (6, 3, 32, 32)}  # the fixture fixes H and W
+
+
+def _program(name="cnn_ts.onnx"):
+    model = onnx.load(str(FIXTURES / name))
+    program = lower_graph(import_graph(optimize_model(model).model), has_kernel)
+    seen = {}
+    for level, shape in SHAPES.items():
+        feeds = {"pixel_values": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+        _, shapes = sample_run(program, feeds)
+        seen[level] = {"pixel_values": (shape, "float32"), **shapes}
+    return model, program, seen
+
+
+def _run(program, feeds):
+    names = [o["name"] for o in program.outputs]
+    executor = Executor(program.steps, program.weights, program.opset, program.islands, output_names=names)
+    return executor, [executor.run(feeds)[n] for n in names]
+
+
+@pytest.fixture(autouse=True)
+def time_every_convolution(monkeypatch):
+    monkeypatch.setattr(tune_convs, "MIN_MACS", 0)  # the fixture's convolutions are all small
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return _program()
+
+
+def test_small_convolutions_are_left_untimed(monkeypatch):
+    monkeypatch.setattr(tune_convs, "MIN_MACS", 1 << 40)
+    _, program, seen = _program()
+    rows, report = tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
+                                     bench_fn=lambda run: [1e-3])
+    assert rows == [] and report is None
+
+
+def test_one_thread_winner_is_recorded():
+    _, program, seen = _program()
+    rows, _ = tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
+                                bench_fn=lambda run: [1e-4 if run.config.param("threads") == 1 else 1e-3])
+    convs = [s for s in program.steps if is_conv_step(s)]
+    assert all(s["tactic"] == TACTIC and s["tactic_threads"] == 1 and s["tactic_ratio"] == 0.1 for s in convs)
+    executor, _ = _run(program, {"pixel_values": np.zeros((1, 3, 32, 32), np.float32)})
+    assert all(step.label.endswith("[onnxruntime, 1 thread]") for step in executor._steps
+               if step.key[1] in ("Conv", "FusedConv"))
+
+
+def test_context_check_drops_marks_that_do_not_pay(monkeypatch):
+    _, program, seen = _program()
+    tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=lambda run: [1e-3])
+    feeds = {"pixel_values": np.random.default_rng(3).standard_normal((4, 3, 32, 32)).astype(np.float32)}
+    # a clock that makes every run of a marked program look slow: the marks must go
+    state = {"t": 0.0, "calls": 0}
+
+    def clock():
+        state["calls"] += 1
+        state["t"] += 1.0
+        return state["t"]
+
+    summary = tune_convs.confirm_in_context(program, feeds, budget_s=0.0, clock=clock)
+    assert summary["num_marked"] > 0 and summary["kept"] == "none" and summary["num_kept"] == 0
+    assert not any(s.get("tactic") for s in program.steps)
+
+
+def test_tactics_mark_steps_and_the_plan_still_matches_onnxruntime(cnn):
+    model, program, seen = cnn
+    rows, report = tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
+                                     bench_fn=lambda run: [1e-3])  # all ties: the vendor wins them
+    convs = [s for s in program.steps if is_conv_step(s)]
+    assert convs and all(s.get("tactic") == TACTIC for s in convs)
+    assert rows and all(r["winner"] == str(VENDOR) and r["shape"].startswith("Conv ") for r in rows)
+    # every distinct input shape of every level was a tuning key, so each step has min/opt/max keys
+    assert len(report.results) >= len({(s["inputs"][0]) for s in convs})
+    feeds = {"pixel_values": np.random.default_rng(7).standard_normal((3, 3, 32, 32)).astype(np.float32)}
+    executor, actual = _run(program, feeds)
+    assert all("[onnxruntime]" in step.label for step in executor._steps if step.key[1] in ("Conv", "FusedConv"))
+    expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
+    for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
+        assert diff.max_rel_diff < 1e-5, diff
+
+
+def test_a_spent_budget_leaves_infc_kernels():
+    _, program, seen = _program()
+    rows, _ = tune_conv_tactics(program, seen, "test", budget_s=0.0, cache=None, show_progress=False,
+                                bench_fn=lambda run: [1e-3])
+    assert rows and all(r["source"].startswith("untuned") for r in rows)
+    assert not any(s.get("tactic") for s in program.steps)
+
+
+def test_infc_winning_keeps_the_step_native():
+    _, program, seen = _program()
+
+    def bench(run):
+        return [1e-4 if run.config == NATIVE else 1e-3]
+
+    rows, _ = tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=bench)
+    assert all(r["winner"] == str(NATIVE) for r in rows)
+    assert not any(s.get("tactic") for s in program.steps)
+
+
+def test_observer_executors_ignore_the_tactic():
+    _, program, _ = _program()
+    for step in program.steps:
+        if is_conv_step(step):
+            step["tactic"] = TACTIC
+    executor = Executor(program.steps, program.weights, program.opset, program.islands,
+                        observer=lambda name, array: None)
+    labels = [s.label for s in executor._steps]
+    assert not any("[onnxruntime]" in label for label in labels)
