@@ -391,6 +391,27 @@ def test_mha_past_present_nan_and_fully_masked_rows():
 
 
 @needs_jit
+@pytest.mark.parametrize("batch,heads,bias_shape", [(1, 8, (1, 8, 128, 128)), (1, 8, (1, 1, 128, 128)),
+                                                    (3, 4, (3, 1, 128, 128)), (3, 4, (1, 4, 1, 128))])
+def test_mha_split_between_cores_is_bitwise_the_whole(batch, heads, bias_shape, monkeypatch):
+    # large enough to be split by heads (one image) or by batch items; every part runs the same
+    # GEMMs and compiled call over its slice, so the result is the one-part result bit for bit
+    rng = np.random.default_rng(21)
+    q = rng.standard_normal((batch, heads, 128, 16)).astype(F32)
+    k, v = rng.standard_normal((2, batch, heads, 128, 16)).astype(F32)
+    bias = rng.standard_normal(bias_shape).astype(F32)
+    padding = (rng.random((batch, 128)) < 0.8).astype(np.int32)
+    padding[:, 0] = 1
+    split = jit_attention.attend(q, k, v, padding, bias, 0.25, -1e4, False)
+    monkeypatch.setattr(jit_attention, "HELPERS", 0)
+    whole = jit_attention.attend(q, k, v, padding, bias, 0.25, -1e4, False)
+    np.testing.assert_array_equal(split, whole)
+    mha = run_kernel(MS, "MultiHeadAttention", [q.transpose(0, 2, 1, 3).reshape(batch, 128, heads * 16),
+                                               k, v, None, padding, bias], {"num_heads": heads, "scale": 0.25}, 3)
+    assert_close(split, mha[0], rtol=1e-5, atol=1e-6)
+
+
+@needs_jit
 def test_mha_entry_point_declines_float64_and_odd_masks():
     q = np.ones((1, 2, 3, 4), F32)
     assert jit_attention.attend(q.astype(F64), q.astype(F64), q.astype(F64), None, None, 0.5, -1e4, False) is None

@@ -5,6 +5,7 @@ import numpy as np
 import onnx
 import pytest
 
+from infc.compiler import tune_convs
 from infc.compiler.autotune.cpu_conv import NATIVE, VENDOR
 from infc.compiler.build import sample_run
 from infc.compiler.graph import import_graph
@@ -14,7 +15,6 @@ from infc.compiler.runtime.executor import Executor
 from infc.compiler.runtime.kernels import has_kernel
 from infc.compiler.runtime.vendor_conv import TACTIC, is_conv_step
 from infc.compiler.testing import FIXTURES
-from infc.compiler import tune_convs
 from infc.compiler.tune_convs import tune_conv_tactics
 from infc.compiler.verify import compare_outputs, ort_session
 
@@ -58,8 +58,8 @@ def test_small_convolutions_are_left_untimed(monkeypatch):
 
 def test_one_thread_winner_is_recorded():
     _, program, seen = _program()
-    rows, _ = tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
-                                bench_fn=lambda run: [1e-4 if run.config.param("threads") == 1 else 1e-3])
+    tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
+                      bench_fn=lambda run: [1e-4 if run.config.param("threads") == 1 else 1e-3])
     convs = [s for s in program.steps if is_conv_step(s)]
     assert all(s["tactic"] == TACTIC and s["tactic_threads"] == 1 and s["tactic_ratio"] == 0.1 for s in convs)
     executor, _ = _run(program, {"pixel_values": np.zeros((1, 3, 32, 32), np.float32)})

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from ..gemm_impls import HELPERS, PARALLEL_MIN_BYTES, parallel_for
 from ..jit import jit
 
 # stand-ins for an absent bias or mask: no keys (the kernel reads only their length)
@@ -141,7 +142,9 @@ def _bias_4d(attn_bias, dtype, shape: tuple) -> np.ndarray | None:
 
 
 def attend(q, k, v, padding, attn_bias, scale: float, filler: float, causal: bool) -> np.ndarray | None:
-    """y [B, S, N * H] from q [B, N, S, H] and k, v [B, N, T, H] (float32), or None."""
+    """y [B, S, N * H] from q [B, N, S, H] and k, v [B, N, T, H] (float32), or None. Large problems
+    are split between the cores: by batch items when there are several, else by heads (each part is
+    the same two GEMMs and compiled call over its slice; rows never depend on the split)."""
     kernel = _softmax_scores.get()
     dtype = q.dtype
     if kernel is None or dtype != np.float32 or k.dtype != dtype or v.dtype != dtype:
@@ -154,11 +157,32 @@ def attend(q, k, v, padding, attn_bias, scale: float, filler: float, causal: boo
     bias = _bias_4d(attn_bias, dtype, (batch, heads, seq, keys))
     if keep is None or bias is None:
         return None
-    scores = np.matmul(q, np.swapaxes(k, -1, -2))
-    probs = np.empty(scores.shape, dtype)
-    kernel(scores, bias, keep, dtype.type(scale), dtype.type(filler), causal, probs)
-    y = np.empty((batch, seq, heads * v.shape[-1]), dtype)
-    np.matmul(probs, v, out=y.reshape(batch, seq, heads, v.shape[-1]).transpose(0, 2, 1, 3))
+    width = v.shape[-1]
+    y = np.empty((batch, seq, heads * width), dtype)
+    y_BNSH = y.reshape(batch, seq, heads, width).transpose(0, 2, 1, 3)
+    by_batch = batch > 1
+    count = batch if by_batch else heads
+    nbytes = 4 * batch * heads * seq * keys  # the scores
+    parts = min(count, 2 * HELPERS + 2) if HELPERS and nbytes >= PARALLEL_MIN_BYTES else 1
+    bounds = [count * i // parts for i in range(parts + 1)]
+
+    def part(index: int) -> None:
+        lo, hi = bounds[index], bounds[index + 1]
+        if by_batch:
+            where = (slice(lo, hi),)
+            part_keep = keep[lo:hi] if keep.shape[0] > 1 else keep
+            part_bias = bias[lo:hi] if bias.shape[0] > 1 else bias
+        else:
+            where = (slice(None), slice(lo, hi))
+            part_keep = keep
+            part_bias = bias[:, lo:hi] if bias.shape[1] > 1 else bias
+        scores = np.matmul(q[where], np.swapaxes(k[where], -1, -2))
+        probs = np.empty(scores.shape, dtype)
+        kernel(scores, part_bias if part_bias.flags.c_contiguous else np.ascontiguousarray(part_bias), part_keep,
+               dtype.type(scale), dtype.type(filler), causal, probs)
+        np.matmul(probs, v[where], out=y_BNSH[where])
+
+    parallel_for(parts, part, nbytes)
     return y
 
 
