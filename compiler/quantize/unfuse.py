@@ -2,8 +2,8 @@
 for INT8: onnxruntime turns `DQ -> Conv -> Q` into QLinearConv (and `DQ -> Gemm -> Q` into QGemm)
 but has no quantized form of the fused contrib ops.
 
-    x ─► FusedConv(W, B?, Z?, activation=A, activation_params=P) ─► y
-      ==>  x ─► Conv(W, B?) ─► [Add(Z)] ─► A(P) ─► y
+    x ─► FusedConv(W, B?, Z?, activation=A?, activation_params=P) ─► y
+      ==>  x ─► Conv(W, B?) ─► [Add(Z)] ─► [A(P)] ─► y
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ def unfuse_activations(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         activation = attrs.get("activation", b"")
         activation = activation.decode() if isinstance(activation, bytes) else activation
-        if node.domain != "com.microsoft" or node.op_type not in UNFUSED or activation not in ACTIVATION_ATTRS:
+        has_sum = node.op_type == "FusedConv" and len(node.input) > 3 and bool(node.input[3])
+        if node.domain != "com.microsoft" or node.op_type not in UNFUSED or (
+                activation not in ACTIVATION_ATTRS and not (has_sum and not activation)):
             nodes.append(node)
             continue
         count += 1
@@ -39,11 +41,12 @@ def unfuse_activations(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
         kept = {k: v for k, v in attrs.items() if k not in _ACTIVATION_FIELDS}
         hidden = f"{node.output[0]}/preact"
         nodes.append(helper.make_node(UNFUSED[node.op_type], base_inputs, [hidden], name=node.name, **kept))
-        if node.op_type == "FusedConv" and len(node.input) > 3 and node.input[3]:
-            summed = f"{node.output[0]}/sum"
+        if has_sum:
+            summed = node.output[0] if not activation else f"{node.output[0]}/sum"
             nodes.append(helper.make_node("Add", [hidden, node.input[3]], [summed], name=f"{node.name}/sum"))
             hidden = summed
-        nodes.append(_activation_node(model, activation, params, hidden, node.output[0], f"{node.name}/{activation}"))
+        if activation:  # a residual sum alone (conv_residual.py) has none
+            nodes.append(_activation_node(model, activation, params, hidden, node.output[0], f"{node.name}/{activation}"))
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     return model, count

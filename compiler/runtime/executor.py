@@ -11,7 +11,8 @@ skipped afterwards. Exporters emit long Shape -> Gather -> Unsqueeze -> Concat -
 this takes them off the per-run path without any shape inference at build time.
 
 Load-time fusion: without an observer, a convolution whose only reader is an elementwise step with
-scalar operands runs that step as its epilogue, block by block in cache (kernels/conv_epilogue.py).
+scalar operands runs that step as its epilogue, block by block in cache (kernels/conv_epilogue.py),
+and a QuantizeLinear read only by a DequantizeLinear runs with it in one pass (kernels/fake_quant.py).
 The plan keeps the steps as built, so device executors and observers see them unchanged.
 
 Buffer donation: a kernel marked `accepts_out` may write its first output into `ctx.out[0]`. When
@@ -42,6 +43,7 @@ from .gemm_impls import blas_threads
 from .kernels import kernel_for
 from .kernels.common import KernelContext, decode_attrs
 from .kernels.conv_epilogue import fuse_conv_epilogues
+from .kernels.fake_quant import fuse_fake_quantize
 from .vendor_conv import TACTIC, conv_runner, is_conv_step
 
 ISLAND_OP = "__island__"
@@ -92,6 +94,7 @@ class Executor:
             output_names = [n for s in program_steps for n in s["outputs"] if n and n not in consumed]
         self.output_names = list(output_names)
         if observer is None:  # an observer sees every value: it gets the program as planned
+            program_steps = fuse_fake_quantize(program_steps, set(self.output_names))
             program_steps = fuse_conv_epilogues(program_steps, self._weights, set(self.output_names))
         self.input_names = _graph_inputs(program_steps, self._weights)
         self._steps = [self._prepare(step, islands or {}) for step in program_steps]
@@ -350,13 +353,42 @@ def _graph_inputs(steps: list[dict], weights: dict) -> list[str]:
 
 
 def _island_runner(model_bytes: bytes, input_names, output_names) -> Callable:
+    """An onnxruntime session over the island's subgraph. An input whose type the build could not
+    infer (the output of a contrib op ONNX's inference does not know, e.g. QLinearAdd) takes the
+    type of the first array it is fed: the session is created at the first run then."""
     import onnxruntime as ort  # noqa: PLC0415 - only programs with islands need it
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failure surfaces as the step's one-line error, not as ORT log lines
-    session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    untyped = _untyped_inputs(model_bytes)
+    sessions = [] if untyped else [ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])]
 
     def _island(inputs, attrs, ctx):
-        return session.run(list(output_names), dict(zip(input_names, inputs)))
+        if not sessions:
+            sessions.append(ort.InferenceSession(_typed(model_bytes, dict(zip(input_names, inputs))), options,
+                                                 providers=["CPUExecutionProvider"]))
+        return sessions[0].run(list(output_names), dict(zip(input_names, inputs)))
 
     return _island
+
+
+def _untyped_inputs(model_bytes: bytes) -> bool:
+    import onnx  # noqa: PLC0415
+
+    model = onnx.load_from_string(model_bytes)
+    return any(not value.type.tensor_type.elem_type for value in model.graph.input)
+
+
+def _typed(model_bytes: bytes, feeds: dict) -> bytes:
+    import onnx  # noqa: PLC0415
+
+    model = onnx.load_from_string(model_bytes)
+    for value in model.graph.input:
+        if not value.type.tensor_type.elem_type and value.name in feeds:
+            array = np.asarray(feeds[value.name])
+            value.type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+            value.type.tensor_type.ClearField("shape")
+            value.type.tensor_type.shape.SetInParent()  # rank known, dims free
+            for _ in range(array.ndim):
+                value.type.tensor_type.shape.dim.add()
+    return model.SerializeToString()

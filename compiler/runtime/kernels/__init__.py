@@ -26,6 +26,7 @@ from . import (
     conv,
     conv_epilogue,
     elementwise,
+    fake_quant,
     gather_scatter,
     gemm,
     loss,
@@ -47,7 +48,7 @@ _THESE_MODULES = re.escape(__name__) + r"(\.|$)"
 
 FAMILIES = (elementwise, cast, activation, reduce, shape, gather_scatter, conv, pool, gemm, norm, attention, resize,
             quant, loss, vision, signal, rnn, tuned_gemm, paged_attention, batch_invariant, chain,
-            conv_epilogue)
+            conv_epilogue, fake_quant)
 
 
 def _merge() -> dict[tuple[str, str], Callable]:
