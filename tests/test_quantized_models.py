@@ -117,3 +117,34 @@ def test_qoperator_model_with_contrib_islands_runs_and_is_exact():
     # (these round scales put many values on exact halves, where any other order of the float
     # arithmetic rounds some of them to the neighbouring grid point)
     np.testing.assert_array_equal(got, ort_session(model).run(["y"], {"x": x})[0])
+
+
+@pytest.mark.parametrize("m,k,n", [(3, 5000, 7), (2, 513, 1100), (64, 40, 9)])
+def test_integer_matmul_is_exact_past_float32_integers(m, k, n):
+    # extreme 8-bit values: partial sums pass 2^24 unless K is chunked
+    a = np.where(RNG.random((2, m, k)) < 0.5, 0, 255).astype(np.uint8)
+    b = np.where(RNG.random((k, n)) < 0.5, -128, 127).astype(np.int8)
+    zero_a, zero_b = np.array(0, np.uint8), np.array(0, np.int8)
+    ctx = KernelContext(17, [None])
+    got = quant.matmul_integer([a, b, zero_a, zero_b], {}, ctx)[0]
+    np.testing.assert_array_equal(got, (a.astype(np.int64) @ b.astype(np.int64)).astype(np.int32))
+    again = quant.matmul_integer([a, b, zero_a, zero_b], {}, ctx)[0]  # the weight side from the memo
+    np.testing.assert_array_equal(again, got)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("kind", ["normal", "positive", "negative", "ties", "nan"])
+def test_dynamic_quantize_matches_onnxruntime(kind):
+    x = {"normal": RNG.standard_normal((33, 65)) * 3, "positive": np.abs(RNG.standard_normal((7, 9))),
+         "negative": -np.abs(RNG.standard_normal((7, 9))), "ties": np.tile([0.5, 1.5, 2.5, -2.5], 8) * 2 / 255,
+         "nan": np.array([1.0, np.nan, -2.0])}[kind].astype(F32)
+    model = _model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])],
+                   [helper.make_tensor_value_info("x", 1, list(x.shape))],
+                   [helper.make_tensor_value_info("y", 2, None), helper.make_tensor_value_info("s", 1, None),
+                    helper.make_tensor_value_info("z", 2, None)], {})
+    got = quant.dynamic_quantize_linear([x], {}, KernelContext(17, [None]))
+    if kind == "nan":  # onnxruntime's NaN handling is its own; infc takes the NumPy form there and must not crash
+        assert got[0].shape == x.shape
+        return
+    for g, w in zip(got, ort_session(model).run(["y", "s", "z"], {"x": x})):
+        np.testing.assert_array_equal(g, w)

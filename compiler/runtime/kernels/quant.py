@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..gemm_impls import product_into
 from .cast import cast_array
 from .common import arg, is_exotic, norm_axis, np_dtype
 from .conv import conv_forward
+from .jit_quant import dynamic_quantize
 
 _INTEGER_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
                    "uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1)}
@@ -71,6 +73,9 @@ def dequantize_linear(inputs, attrs, ctx):
 
 
 def dynamic_quantize_linear(inputs, attrs, ctx):
+    compiled = dynamic_quantize(inputs[0]) if inputs[0].dtype == np.float32 else None
+    if compiled is not None:
+        return compiled
     x = inputs[0].astype(np.float32)
     # float32 arithmetic throughout, as onnxruntime does: a scale one ulp off flips quantization bins
     low = np.minimum(x.min(), np.float32(0)) if x.size else np.float32(0)
@@ -96,11 +101,66 @@ def _centered(x: np.ndarray, zero_point, axis_for_vector: int | None = None) -> 
     return centered - zp
 
 
+EXACT_FLOAT32 = float(1 << 24)  # integers up to this magnitude are exact in float32
+
+
+def exact_integer_matmul(a: np.ndarray, b: np.ndarray, b_largest: float | None = None) -> np.ndarray:
+    """a @ b (float64) for integer-valued float32 operands, exactly, in float32 BLAS: the K axis goes
+    in chunks short enough that no partial sum of a chunk can pass 2^24 (512 values of int8 x
+    uint8 products), each chunk's float32 product is exact, and the chunks add up in float64
+    (exact far past any 8-bit problem). NumPy's integer matmul has no BLAS path, and float64
+    GEMMs run at half float32's speed."""
+    k = a.shape[-1]
+    if b.ndim == 2 and a.ndim > 2:  # one 2-D GEMM: NumPy's stacked matmul is slower even for one item
+        return exact_integer_matmul(a.reshape(-1, k), b, b_largest).reshape(a.shape[:-1] + (b.shape[1],))
+    b_largest = float(np.abs(b).max(initial=0.0)) if b_largest is None else b_largest
+    largest = float(np.abs(a).max(initial=0.0)) * b_largest
+    chunk = k if largest == 0.0 else int(EXACT_FLOAT32 // largest)
+    if chunk < 1:  # not 8-bit data: float64 holds these sums
+        return np.matmul(a.astype(np.float64), b.astype(np.float64))
+    product = product_into if a.ndim == 2 and b.ndim == 2 else np.matmul  # 2-D: shared with the helper thread
+    if chunk >= k:
+        return product(a, b).astype(np.float64)
+    total = None
+    for start in range(0, k, chunk):
+        part = product(a[..., start:start + chunk], b[..., start:start + chunk, :])
+        total = part.astype(np.float64) if total is None else total + part
+    return total
+
+
+def _centered32(x: np.ndarray, zero_point, axis_for_vector: int) -> np.ndarray:
+    """x - zero_point in float32: exact for the 8-bit types these ops take."""
+    centered = x.astype(np.float32)
+    if zero_point is None:
+        return centered
+    zp = zero_point.astype(np.float32)
+    if zp.ndim == 1 and zp.size > 1:
+        shape = [1] * x.ndim
+        shape[axis_for_vector] = -1
+        zp = zp.reshape(shape)
+    centered -= zp
+    return centered
+
+
+def _weight_side(ctx, b: np.ndarray, zero_point, axis: int) -> tuple[np.ndarray, float]:
+    """The B operand centered in float32 and its largest magnitude, kept while the same (constant)
+    arrays come back: converting a weight every call cost as much as the product."""
+    memo = getattr(ctx, "memo", None)
+    cached = memo.get("matmul-integer-b") if memo is not None else None
+    if cached is not None and cached[0] is b and cached[1] is zero_point:
+        return cached[2], cached[3]
+    centered = _centered32(b, zero_point, axis)
+    largest = float(np.abs(centered).max(initial=0.0))
+    if memo is not None:
+        memo["matmul-integer-b"] = (b, zero_point, centered, largest)
+    return centered, largest
+
+
 def matmul_integer(inputs, attrs, ctx):
     a, b = inputs[0], inputs[1]
-    a_c = _centered(a, arg(inputs, 2), axis_for_vector=a.ndim - 2)  # per-row zero points
-    b_c = _centered(b, arg(inputs, 3), axis_for_vector=b.ndim - 1)  # per-column zero points
-    return [np.matmul(a_c, b_c).astype(np.int32)]  # exact: see _centered
+    a_c = _centered32(a, arg(inputs, 2), a.ndim - 2)  # per-row zero points
+    b_c, b_largest = _weight_side(ctx, b, arg(inputs, 3), b.ndim - 1)  # per-column zero points
+    return [exact_integer_matmul(a_c, b_c, b_largest).astype(np.int32)]
 
 
 def conv_integer(inputs, attrs, ctx):
@@ -112,7 +172,8 @@ def conv_integer(inputs, attrs, ctx):
 
 def qlinear_matmul(inputs, attrs, ctx):
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs[:8]
-    acc = np.matmul(_centered(a, a_zp, a.ndim - 2), _centered(b, b_zp, b.ndim - 1))
+    b_c, b_largest = _weight_side(ctx, b, b_zp, b.ndim - 1)
+    acc = exact_integer_matmul(_centered32(a, a_zp, a.ndim - 2), b_c, b_largest)
     a_factor = _as_float(a_scale).reshape(-1, 1) if a_scale.size > 1 else _as_float(a_scale).reshape(())
     b_factor = _as_float(b_scale).reshape(-1) if b_scale.size > 1 else _as_float(b_scale).reshape(())
     return [_requantize(acc, a_factor, b_factor, y_scale, y_zp)]
