@@ -54,7 +54,7 @@ def _decoder_summary(meta: dict) -> dict | None:
 
 
 def kernel_name(step: dict) -> str:
-    """What runs a step: its kernel, with the vendor tactic the tuner picked for it (tune_convs.py)."""
+    """What runs a step: its kernel, with the vendor tactic the tuner picked for it (tune_vendor.py)."""
     kernel = step.get("kernel", step["op"])
     return f"{kernel} [{step['tactic']}]" if step.get("tactic") else kernel
 

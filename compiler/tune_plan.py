@@ -2,7 +2,7 @@
 range covers, the fastest CPU candidate (the vendor library always competes), taken from the
 timing cache when another build measured it already. The step becomes an `infc.cpu.TunedMatMul`
 whose variants name the winner and its pre-packed weights; M beyond the last tuned bucket runs the
-generic kernel. Convolutions get a tactic the same way (tune_convs.py): infc's kernel or onnxruntime's."""
+generic kernel. Convolutions and tuned GEMM steps then get a tactic (tune_vendor.py): infc's kernel or onnxruntime's."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .autotune.tuner import tune_all
 from .lower import Program
 from .target import cpu_fingerprint, fingerprint_id
 from .runtime.feeds_io import gather_table_rows, random_inputs
-from .tune_convs import confirm_in_context, tune_conv_tactics
+from .tune_vendor import confirm_in_context, tune_vendor_tactics
 
 TUNED_DOMAIN, TUNED_OP = "infc.cpu", "TunedMatMul"
 
@@ -72,7 +72,7 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
             _rewrite_step(program, index, weight_name, [(bucket, report.results[str(key)]) for bucket, key in keys])
         reports.append(report)
     spent = sum(r.time_s for r in reports)
-    conv_rows, conv_report = tune_conv_tactics(
+    conv_rows, conv_report = tune_vendor_tactics(
         program, _with_graph_inputs(program, shapes_by_level, profile), target, cache=cache, show_progress=options.show_progress,
         budget_s=None if profile.budget_s is None else max(profile.budget_s - spent, 0.0))
     table += conv_rows
@@ -84,8 +84,8 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
             feeds = random_inputs(program.inputs, profile.shapes("opt"), rows, seed=1)
         context = confirm_in_context(program, feeds)
         timed = ", ".join(f"{label} {ms:.3g} ms" for label, ms in context["program_ms"].items())
-        log(f"convolution tactics: onnxruntime kept for {context['num_kept']} of the {context['num_marked']} "
-            f"convolutions it won alone (the program at the opt shapes with the marks whose time ratio is: {timed})")
+        log(f"onnxruntime tactics: kept for {context['num_kept']} of the {context['num_marked']} "
+            f"convolution and GEMM steps it won alone (the program at the opt shapes with the marks whose time ratio is: {timed})")
     return {"table": table, "sections": {}, "cache_stats": {"hits": sum(r.num_cache_hits for r in reports),
                                                            "misses": sum(r.num_cache_misses for r in reports),
                                                            "time_s": round(sum(r.time_s for r in reports), 3)},

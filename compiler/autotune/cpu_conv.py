@@ -2,7 +2,7 @@
 
 A Conv / com.microsoft.FusedConv step of a plan runs either on infc's kernel for its shape
 (runtime/kernels/conv.py picks pointwise, depthwise, per-tap, phase-layout or compiled direct
-paths) or, as the vendor tactic, in a one-node onnxruntime session (runtime/vendor_conv.py). Which
+paths) or, as the vendor tactic, in a one-node onnxruntime session (runtime/vendor_op.py). Which
 is faster depends on the shape and the machine: onnxruntime's blocked direct convolutions win the
 large dense ones, infc's compiled kernels the small and depthwise ones, where a session call's
 ~30 us is most of the time. So it is measured, like a GEMM: the same tuner, tuning key and timing
@@ -25,7 +25,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..runtime import vendor_conv
+from ..runtime import vendor_op
 from ..runtime.kernels import conv as conv_kernels
 from ..runtime.kernels import conv_taps, depthwise, im2col, jit_conv, kernel_for
 from ..runtime.kernels.common import KernelContext, decode_attrs
@@ -34,18 +34,18 @@ from .key import TuningKey, source_hash
 from .tuner import Problem
 
 OP = "Conv"
-VENDOR = Config(vendor_conv.TACTIC)
-NATIVE = Config(vendor_conv.NATIVE)
+VENDOR = Config(vendor_op.TACTIC)
+NATIVE = Config(vendor_op.NATIVE)
 # onnxruntime on one thread: no hand-off to its pool's worker, which costs tens of microseconds a
-# call when the worker sleeps (sessions do not spin, see vendor_conv.py)
-CANDIDATES = (VENDOR, Config.of(vendor_conv.TACTIC, threads=1), NATIVE)
+# call when the worker sleeps (sessions do not spin, see vendor_op.py)
+CANDIDATES = (VENDOR, Config.of(vendor_op.TACTIC, threads=1), NATIVE)
 LAYOUTS = ("NCHW", "OIHW")
 
 
 def _kernel_sources_hash() -> str:
     import onnxruntime  # noqa: PLC0415 - the vendor's version is part of what was measured
 
-    native = source_hash(conv_kernels, conv_taps, depthwise, im2col, jit_conv, vendor_conv, Path(__file__))
+    native = source_hash(conv_kernels, conv_taps, depthwise, im2col, jit_conv, vendor_op, Path(__file__))
     return hashlib.sha256(f"{native}|onnxruntime={onnxruntime.__version__}".encode()).hexdigest()[:12]
 
 
@@ -98,8 +98,8 @@ def conv_problem(key: TuningKey, op: str, domain: str, attrs: dict, x_shape, w: 
         return run
 
     def _build(config: Config):
-        if config.impl == vendor_conv.TACTIC:
-            run = vendor_conv.conv_runner(op, domain, attrs, names, constants, threads=config.param("threads"))
+        if config.impl == vendor_op.TACTIC:
+            run = vendor_op.vendor_runner(op, domain, attrs, names, constants, threads=config.param("threads"))
             if after is None:
                 return lambda: run(inputs, attrs, None)[0]
             return lambda: after.separate(run(inputs, attrs, None)[0])

@@ -44,7 +44,7 @@ from .kernels import kernel_for
 from .kernels.common import KernelContext, decode_attrs
 from .kernels.conv_epilogue import fuse_conv_epilogues
 from .kernels.fake_quant import fuse_fake_quantize
-from .vendor_conv import TACTIC, conv_runner, is_conv_step
+from .vendor_op import TACTIC, is_vendor_step, vendor_runner
 
 ISLAND_OP = "__island__"
 SHAPE_SOURCES = {("", "Shape"), ("", "Size")}  # outputs depend on the input's shape only
@@ -118,10 +118,10 @@ class Executor:
         if kernel is None:
             raise BadInput(f"no runtime kernel for {label}")
         attrs = decode_attrs(step.get("attrs") or {})
-        if step.get("tactic") == TACTIC and is_conv_step(step) and self._observer is None:
+        if step.get("tactic") == TACTIC and is_vendor_step(step) and self._observer is None:
             threads = step.get("tactic_threads")
-            kernel = conv_runner(step["op"], domain, attrs, list(inputs),
-                                 {name: self._weights[name] for name in inputs if name in self._weights}, threads)
+            kernel = vendor_runner(step["op"], domain, attrs, list(inputs),
+                                   {name: self._weights[name] for name in inputs if name in self._weights}, threads)
             label += f" [onnxruntime{f', {threads} thread' if threads else ''}]"
         ctx = KernelContext(self.opset, [None] * len(outputs))
         return _Step(kernel, attrs, ctx, inputs, outputs, label, (domain, step["op"]))

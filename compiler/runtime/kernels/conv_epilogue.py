@@ -162,7 +162,7 @@ def epilogue_pairs(steps: list[dict], weights: dict, keep: set[str]) -> dict[int
     for index, step in enumerate(steps):
         key = (step.get("domain") or "", step["op"])
         if key not in CONVS or len(step["outputs"]) != 1 or step["outputs"][0] in keep or step.get("tactic"):
-            continue  # a convolution onnxruntime runs (runtime/vendor_conv.py) has no epilogue hook
+            continue  # a convolution onnxruntime runs (runtime/vendor_op.py) has no epilogue hook
         out = step["outputs"][0]
         if len(readers.get(out, [])) != 1 or readers[out][0] in taken:
             continue

@@ -1,14 +1,15 @@
-"""Convolution tactics for a CPU plan: each float32 Conv / FusedConv with constant weights is timed on
-infc's kernel and on onnxruntime's (autotune/cpu_conv.py) at every distinct input shape its profile
-reaches (min, opt and max, not the opt shape alone), together with the elementwise step the executor
-would fuse into it as an epilogue, and the step is marked `"tactic": "onnxruntime"` (and
-`"tactic_threads"`) when onnxruntime won at most of them (the opt shape breaks a tie).
+"""Vendor tactics for a CPU plan: each float32 Conv / FusedConv with constant weights
+(autotune/cpu_conv.py, together with the elementwise step the executor would fuse into it as an
+epilogue) and each tuned GEMM step (autotune/cpu_gemm_vendor.py) is timed on infc's kernel and on
+onnxruntime's at every distinct input shape its profile reaches (min, opt and max, not the opt
+shape alone), and the step is marked `"tactic": "onnxruntime"` (and `"tactic_threads"`) when
+onnxruntime won at most of them (the opt shape breaks a tie).
 
-Timed alone, a convolution runs with its input in cache and onnxruntime's worker thread awake; in a
+Timed alone, a step runs with its input in cache and onnxruntime's worker thread awake; in a
 program neither holds, so the marks are confirmed in context: the whole program runs at the opt
 shapes with and without them, interleaved, and they stay only if the program got faster. Steps
 keep their inputs and weights as they are: the runtime builds the sessions at load
-(runtime/vendor_conv.py)."""
+(runtime/vendor_op.py)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ import time
 
 import numpy as np
 
+from .autotune import cpu_gemm_vendor
 from .autotune.cpu_conv import NATIVE, conv_key, conv_problem, macs, then_name
 from .autotune.tuner import TuneReport, tune_all
 from .lower import Program
 from .runtime.kernels.common import decode_attrs
 from .runtime.kernels.conv_epilogue import epilogue_pairs
-from .runtime.vendor_conv import TACTIC, is_conv_step
+from .runtime.vendor_op import TACTIC, is_conv_step
 
 LEVELS = ("opt", "min", "max")  # opt first: it breaks ties
 CONFIRM_BUDGET_S = 1.0  # per program variant, for the in-context check
@@ -32,12 +34,12 @@ CONFIRM_MARGIN = 0.03  # a marked program must be this much faster than the unma
 # Subsets of the marks tried in context: onnxruntime's time over infc's at most this, at the opt shape
 TIERS = (0.5, 0.75, 1.0)
 TACTIC_FIELDS = ("tactic", "tactic_threads", "tactic_ratio")
-# Smaller convolutions keep infc's kernel untimed: a session call costs ~30 us, about all of their
-# time, and in context (mobile networks, PP-OCR) onnxruntime never won one.
+# Smaller steps keep infc's kernel untimed: a session call costs ~30 us, about all of their time,
+# and in context (mobile networks, PP-OCR) onnxruntime never won such a convolution.
 MIN_MACS = 1 << 20
 
 
-def _candidates(program: Program, shapes_by_level: dict):
+def _conv_candidates(program: Program, shapes_by_level: dict):
     """(step index, decoded attrs, {level: (x shape, z shape or None)}) for each convolution infc may hand to onnxruntime."""
     for index, step in enumerate(program.steps):
         if not is_conv_step(step) or step.get("tactic"):
@@ -66,14 +68,54 @@ def _candidates(program: Program, shapes_by_level: dict):
             yield index, decode_attrs(step.get("attrs") or {}), shapes
 
 
-def tune_conv_tactics(program: Program, shapes_by_level: dict, target: str, *, budget_s, cache, show_progress: bool,
-                      bench_fn=None) -> tuple[list, TuneReport | None]:
+def _gemm_candidates(program: Program, shapes_by_level: dict):
+    """(step index, {level: activation shape}) for each tuned GEMM step large enough to time."""
+    for index, step in enumerate(program.steps):
+        if (step.get("domain"), step["op"]) != ("infc.cpu", "TunedMatMul") or step.get("tactic"):
+            continue
+        w = program.weights.get(step["inputs"][1])
+        if w is None or w.ndim != 2 or w.dtype != np.float32:
+            continue
+        shapes = {}
+        for level in LEVELS:
+            a = shapes_by_level.get(level, {}).get(step["inputs"][0])
+            if a is None or a[1] != "float32" or len(a[0]) < 1 or math.prod(a[0]) == 0:
+                break
+            shapes[level] = tuple(a[0])
+        else:
+            if math.prod(shapes["opt"]) * w.shape[1] >= MIN_MACS:
+                yield index, shapes
+
+
+def tune_vendor_tactics(program: Program, shapes_by_level: dict, target: str, *, budget_s, cache, show_progress: bool,
+                        bench_fn=None) -> tuple[list, TuneReport | None]:
     """Marks the steps onnxruntime wins; returns (table rows, the tuner's report)."""
+    plans, problems = _conv_problems(program, shapes_by_level, target)
+    for index, shapes in _gemm_candidates(program, shapes_by_level):
+        step = program.steps[index]
+        k, n = program.weights[step["inputs"][1]].shape
+        keys = []
+        for a_shape in shapes.values():
+            m = math.prod(a_shape[:-1])
+            key = cpu_gemm_vendor.gemm_step_key(m, k, n, cpu_gemm_vendor.native_recipe(step["attrs"], m), target)
+            if str(key) not in problems:
+                problems[str(key)] = cpu_gemm_vendor.gemm_step_problem(key, step, program.weights, a_shape, program.opset)
+            keys.append(str(key))
+        plans.append((index, list(dict.fromkeys(keys))))
+    if not problems:
+        return [], None
+    report = tune_all(problems.values(), bench_fn, budget_s=budget_s, cache=cache, show_progress=show_progress)
+    for index, keys in plans:
+        _mark(program.steps[index], [report.results[key] for key in keys])
+    return [table_row(result) for result in report.results.values()], report
+
+
+def _conv_problems(program: Program, shapes_by_level: dict, target: str) -> tuple[list, dict]:
     output_names = {o["name"] for o in program.outputs}
     pairs = epilogue_pairs(program.steps, program.weights, output_names)
     plans = []  # (step index, [keys by level])
     problems = {}
-    for index, attrs, shapes in _candidates(program, shapes_by_level):
+    for index, attrs, shapes in _conv_candidates(program, shapes_by_level):
         step = program.steps[index]
         inputs = step["inputs"]
         w = program.weights[inputs[1]]
@@ -91,23 +133,23 @@ def tune_conv_tactics(program: Program, shapes_by_level: dict, target: str, *, b
                                                   z_shape, program.opset, then=then)
             keys.append(str(key))
         plans.append((index, list(dict.fromkeys(keys))))
-    if not problems:
-        return [], None
-    report = tune_all(problems.values(), bench_fn, budget_s=budget_s, cache=cache, show_progress=show_progress)
-    for index, keys in plans:
-        winners = [_measured_winner(report.results[key]) for key in keys]
-        votes = sum(1 if w is not None and w != NATIVE else -1 if w == NATIVE else 0 for w in winners)
-        if votes > 0 or (votes == 0 and winners[0] is not None and winners[0] != NATIVE):
-            vendor = next(w for w in winners if w is not None and w != NATIVE)
-            step = program.steps[index]
-            step["tactic"] = TACTIC
-            if vendor.param("threads"):
-                step["tactic_threads"] = int(vendor.param("threads"))
-            first = report.results[keys[0]]  # the opt shape's (or the first level measured)
-            native, chosen = first.result_of(NATIVE), first.result_of(vendor)
-            if native and chosen and native.is_ok and chosen.is_ok and native.median_s > 0:
-                step["tactic_ratio"] = round(chosen.median_s / native.median_s, 3)
-    return [table_row(result) for result in report.results.values()], report
+    return plans, problems
+
+
+def _mark(step: dict, results: list) -> None:
+    """The vote over the step's shapes: onnxruntime when it won most of those timed (opt breaks a tie)."""
+    winners = [_measured_winner(result) for result in results]
+    votes = sum(1 if w is not None and w != NATIVE else -1 if w == NATIVE else 0 for w in winners)
+    if not (votes > 0 or (votes == 0 and winners[0] is not None and winners[0] != NATIVE)):
+        return
+    vendor = next(w for w in winners if w is not None and w != NATIVE)
+    step["tactic"] = TACTIC
+    if vendor.param("threads"):
+        step["tactic_threads"] = int(vendor.param("threads"))
+    first = results[0]  # the opt shape's (or the first level measured)
+    native, chosen = first.result_of(NATIVE), first.result_of(vendor)
+    if native and chosen and native.is_ok and chosen.is_ok and native.median_s > 0:
+        step["tactic_ratio"] = round(chosen.median_s / native.median_s, 3)
 
 
 def confirm_in_context(program: Program, feeds: dict, *, budget_s: float = CONFIRM_BUDGET_S, clock=time.perf_counter) -> dict:
@@ -163,11 +205,18 @@ def _measured_winner(result):
 def table_row(result) -> dict:
     data = result.to_json()
     shape = data["key_fields"]["shape"]
+    if data["key_fields"]["op"] == cpu_gemm_vendor.OP:
+        text = f"GEMM step M={shape['M']} N={shape['N']} K={shape['K']} ({data['key_fields']['epilogue']})"
+        return _row(result, data, text)
     spatial = sorted(k for k in shape if k.startswith("X"))
     kernel = "x".join(str(shape[f"K{i}"]) for i in range(len(spatial)))
     strides = "x".join(str(shape[f"S{i}"]) for i in range(len(spatial)))
     text = (f"Conv {shape['N']}x{shape['C']}x{'x'.join(str(shape[k]) for k in spatial)} -> {shape['M']} "
             f"k{kernel} s{strides}{' g' + str(shape['G']) if shape['G'] != 1 else ''} {data['key_fields']['epilogue']}")
+    return _row(result, data, text)
+
+
+def _row(result, data: dict, text: str) -> dict:
     return {"key": data["key"], "shape": text, "source": result.status, "winner": str(result.winner),
             "winner_pct_of_vendor": data["winner_percent_of_vendor"], "note": result.note,
             "candidates": [{"config": str(c.config), "pct_of_vendor": c_json["percent_of_vendor"], "status": c.status,

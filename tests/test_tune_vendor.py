@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 import pytest
 
-from infc.compiler import tune_convs
+from infc.compiler import tune_vendor
 from infc.compiler.autotune.cpu_conv import NATIVE, VENDOR
 from infc.compiler.build import sample_run
 from infc.compiler.graph import import_graph
@@ -13,9 +13,9 @@ from infc.compiler.lower import lower_graph
 from infc.compiler.optimize import optimize_model
 from infc.compiler.runtime.executor import Executor
 from infc.compiler.runtime.kernels import has_kernel
-from infc.compiler.runtime.vendor_conv import TACTIC, is_conv_step
+from infc.compiler.runtime.vendor_op import TACTIC, is_conv_step
 from infc.compiler.testing import FIXTURES
-from infc.compiler.tune_convs import tune_conv_tactics
+from infc.compiler.tune_vendor import tune_vendor_tactics
 from infc.compiler.verify import compare_outputs, ort_session
 
 SHAPES = {"min": (1, 3, 32, 32), "opt": (4, 3, 32, 32), "max": (6, 3, 32, 32)}  # the fixture fixes H and W
@@ -40,7 +40,7 @@ def _run(program, feeds):
 
 @pytest.fixture(autouse=True)
 def time_every_convolution(monkeypatch):
-    monkeypatch.setattr(tune_convs, "MIN_MACS", 0)  # the fixture's convolutions are all small
+    monkeypatch.setattr(tune_vendor, "MIN_MACS", 0)  # the fixture's convolutions are all small
 
 
 @pytest.fixture(scope="module")
@@ -49,16 +49,16 @@ def cnn():
 
 
 def test_small_convolutions_are_left_untimed(monkeypatch):
-    monkeypatch.setattr(tune_convs, "MIN_MACS", 1 << 40)
+    monkeypatch.setattr(tune_vendor, "MIN_MACS", 1 << 40)
     _, program, seen = _program()
-    rows, report = tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
+    rows, report = tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
                                      bench_fn=lambda run: [1e-3])
     assert rows == [] and report is None
 
 
 def test_one_thread_winner_is_recorded():
     _, program, seen = _program()
-    tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
+    tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
                       bench_fn=lambda run: [1e-4 if run.config.param("threads") == 1 else 1e-3])
     convs = [s for s in program.steps if is_conv_step(s)]
     assert all(s["tactic"] == TACTIC and s["tactic_threads"] == 1 and s["tactic_ratio"] == 0.1 for s in convs)
@@ -69,7 +69,7 @@ def test_one_thread_winner_is_recorded():
 
 def test_context_check_drops_marks_that_do_not_pay(monkeypatch):
     _, program, seen = _program()
-    tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=lambda run: [1e-3])
+    tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=lambda run: [1e-3])
     feeds = {"pixel_values": np.random.default_rng(3).standard_normal((4, 3, 32, 32)).astype(np.float32)}
     # a clock that makes every run of a marked program look slow: the marks must go
     state = {"t": 0.0, "calls": 0}
@@ -79,14 +79,14 @@ def test_context_check_drops_marks_that_do_not_pay(monkeypatch):
         state["t"] += 1.0
         return state["t"]
 
-    summary = tune_convs.confirm_in_context(program, feeds, budget_s=0.0, clock=clock)
+    summary = tune_vendor.confirm_in_context(program, feeds, budget_s=0.0, clock=clock)
     assert summary["num_marked"] > 0 and summary["kept"] == "none" and summary["num_kept"] == 0
     assert not any(s.get("tactic") for s in program.steps)
 
 
 def test_tactics_mark_steps_and_the_plan_still_matches_onnxruntime(cnn):
     model, program, seen = cnn
-    rows, report = tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
+    rows, report = tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
                                      bench_fn=lambda run: [1e-3])  # all ties: the vendor wins them
     convs = [s for s in program.steps if is_conv_step(s)]
     assert convs and all(s.get("tactic") == TACTIC for s in convs)
@@ -103,7 +103,7 @@ def test_tactics_mark_steps_and_the_plan_still_matches_onnxruntime(cnn):
 
 def test_a_spent_budget_leaves_infc_kernels():
     _, program, seen = _program()
-    rows, _ = tune_conv_tactics(program, seen, "test", budget_s=0.0, cache=None, show_progress=False,
+    rows, _ = tune_vendor_tactics(program, seen, "test", budget_s=0.0, cache=None, show_progress=False,
                                 bench_fn=lambda run: [1e-3])
     assert rows and all(r["source"].startswith("untuned") for r in rows)
     assert not any(s.get("tactic") for s in program.steps)
@@ -115,7 +115,7 @@ def test_infc_winning_keeps_the_step_native():
     def bench(run):
         return [1e-4 if run.config == NATIVE else 1e-3]
 
-    rows, _ = tune_conv_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=bench)
+    rows, _ = tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=bench)
     assert all(r["winner"] == str(NATIVE) for r in rows)
     assert not any(s.get("tactic") for s in program.steps)
 
@@ -129,3 +129,42 @@ def test_observer_executors_ignore_the_tactic():
                         observer=lambda name, array: None)
     labels = [s.label for s in executor._steps]
     assert not any("[onnxruntime]" in label for label in labels)
+
+
+def _bert_program():
+    """bert_ts with its GEMMs tuned (TunedMatMul steps), as the build leaves them before tactics."""
+    from types import SimpleNamespace
+
+    from infc.compiler.autotune.buckets import DEFAULT_M_BUCKETS
+    from infc.compiler.autotune.config import Config
+    from infc.compiler.tune_plan import _gemm_steps, _rewrite_step
+
+    model = onnx.load(str(FIXTURES / "bert_ts.onnx"))
+    program = lower_graph(import_graph(optimize_model(model).model), has_kernel)
+    seen = {}
+    for level, (batch, length) in {"min": (1, 4), "opt": (2, 16), "max": (3, 24)}.items():
+        rng = np.random.default_rng(2)
+        feeds = {"input_ids": rng.integers(0, 100, (batch, length)), "attention_mask": np.ones((batch, length), np.int64)}
+        _, shapes = sample_run(program, feeds)
+        seen[level] = {**{n: (v.shape, v.dtype.name) for n, v in feeds.items()}, **shapes}
+    for index, step, _ in list(_gemm_steps(program)):  # BLAS's plain recipe for every M, untimed
+        result = SimpleNamespace(winner=Config("matmul"), status="test")
+        _rewrite_step(program, index, step["inputs"][1], [(DEFAULT_M_BUCKETS[-1], result)])
+    return model, program, seen
+
+
+def test_gemm_steps_go_to_onnxruntime_and_the_plan_still_matches():
+    model, program, seen = _bert_program()
+    gemms = [s for s in program.steps if s["op"] == "TunedMatMul"]
+    assert gemms
+    rows, _ = tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
+                                  bench_fn=lambda run: [1e-4 if run.config.param("threads") == 1 else 1e-3])
+    assert all(s.get("tactic") == TACTIC and s.get("tactic_threads") == 1 for s in gemms)
+    assert any(r["shape"].startswith("GEMM step M=") and r["winner"] == "onnxruntime(threads=1)" for r in rows)
+    rng = np.random.default_rng(9)
+    feeds = {"input_ids": rng.integers(0, 100, (2, 11)), "attention_mask": np.ones((2, 11), np.int64)}
+    executor, actual = _run(program, feeds)
+    assert sum("[onnxruntime, 1 thread]" in s.label for s in executor._steps) == len(gemms)
+    expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
+    for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
+        assert diff.max_rel_diff < 1e-5, diff

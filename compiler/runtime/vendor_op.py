@@ -1,0 +1,92 @@
+"""The vendor tactic: one convolution or GEMM step run by onnxruntime.
+
+On the CPU the vendor library of a convolution or a GEMM is onnxruntime's MLAS (blocked NCHWc
+direct convolutions, SGEMM with prepacked weights), as cuBLAS is a GEMM's on the GPU. The build
+times it against infc's own kernels for every such step of the program (tune_vendor.py) and marks
+the steps it wins with `"tactic": "onnxruntime"`; the executor then runs such a step through a
+one-node onnxruntime session built here, at load, from the step itself and its constant inputs. The
+plan stores no model bytes and no second copy of the weights, and it stays portable: a device
+executor or an observer ignores the tactic and runs infc's kernel.
+
+    step                        runs in onnxruntime as
+    Conv                        Conv (same attributes and inputs)
+    com.microsoft.FusedConv     FusedConv (same attributes and inputs)
+    infc.cpu.TunedMatMul        MatMul(a, w) on the original weight (inputs 0 and 1)
+
+Sessions do not spin. Each session owns a thread pool, and onnxruntime's workers spin-wait after
+every run by default: with a few dozen sessions that spin on the cores the next step needs (ResNet-50
+on two cores: 111 ms with spinning, 66 ms without).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+TACTIC = "onnxruntime"
+NATIVE = "infc"
+TACTICS = (NATIVE, TACTIC)
+# step (domain, op) -> (onnxruntime's domain, op, how many of the step's inputs it reads, keeps attributes)
+VENDOR_FORMS = {
+    ("", "Conv"): ("", "Conv", None, True),
+    ("com.microsoft", "FusedConv"): ("com.microsoft", "FusedConv", None, True),
+    ("infc.cpu", "TunedMatMul"): ("", "MatMul", 2, False),
+}
+CONV_STEPS = {("", "Conv"), ("com.microsoft", "FusedConv")}
+_OPSETS = {"": 17, "com.microsoft": 1}  # Conv and MatMul are unchanged since opset 13; FusedConv is version 1
+
+
+def is_conv_step(step: dict) -> bool:
+    return ((step.get("domain") or ""), step["op"]) in CONV_STEPS
+
+
+def is_vendor_step(step: dict) -> bool:
+    return ((step.get("domain") or ""), step["op"]) in VENDOR_FORMS
+
+
+def vendor_model(op: str, domain: str, attrs: dict, input_names: list[str], constants: dict[str, np.ndarray]):
+    """A one-node ONNX model: the inputs not in `constants` are graph inputs, the rest initializers."""
+    from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415 - only plans with this tactic need it
+
+    names = [name or "" for name in input_names]
+    node = helper.make_node(op, names, ["y"], domain=domain or "", **{k: _attr(v) for k, v in attrs.items()})
+    feeds = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in names if name and name not in constants]
+    initializers = [numpy_helper.from_array(np.ascontiguousarray(constants[name]), name)
+                    for name in dict.fromkeys(names) if name in constants]
+    graph = helper.make_graph([node], "vendor", feeds, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializers)
+    opsets = [helper.make_opsetid("", _OPSETS[""])] + ([helper.make_opsetid(domain, _OPSETS[domain])] if domain else [])
+    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
+
+
+def _attr(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value
+
+
+def vendor_runner(step_op: str, step_domain: str, attrs: dict, input_names: list[str],
+                  constants: dict[str, np.ndarray], threads: int | None = None) -> Callable:
+    """A kernel (inputs, attrs, ctx) -> [y] that runs the step in onnxruntime; `inputs` are all the
+    step's inputs in order (the constant ones and those its onnxruntime form does not read are
+    ignored: the session holds the constants). `threads`: the session's intra-op threads (None:
+    onnxruntime's default, one per core)."""
+    import onnxruntime as ort  # noqa: PLC0415
+
+    domain, op, num_inputs, keeps_attrs = VENDOR_FORMS[(step_domain or "", step_op)]
+    names = list(input_names[:num_inputs] if num_inputs else input_names)
+    model = vendor_model(op, domain, attrs if keeps_attrs else {}, names, constants)
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # a failure surfaces as the step's one-line error
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if threads:
+        options.intra_op_num_threads = int(threads)
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    fed = [(name, index) for index, name in enumerate(names) if name and name not in constants]
+    outputs = ["y"]
+
+    def in_onnxruntime(inputs, attrs, ctx):
+        return session.run(outputs, {name: inputs[index] for name, index in fed})
+
+    return in_onnxruntime
