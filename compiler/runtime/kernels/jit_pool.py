@@ -1,13 +1,28 @@
 """Compiled (numba, see runtime/jit.py) 2-D MaxPool / AveragePool for float32 and float64.
 
 The NumPy path (pool.py) pads a copy of the input and makes one whole-tensor pass per kernel tap;
-on a ResNet stem's 3x3 stride-2 max pool that is 7-13x onnxruntime's time. Here each output row is
-built from the input rows its window covers, one tap column at a time over the output positions
-whose input column is inside the image, so padding is never materialized: a max skips it, an
-average counts it only where count_include_pad says (explicit pads yes, the ceil_mode overhang no).
+on a ResNet stem's 3x3 stride-2 max pool that is 7-13x onnxruntime's time. Here each plane is first
+copied into a padded scratch split into stride phases (row h of the padded plane goes to row phase
+h mod sh, column w to column phase w mod sw), so that for every kernel tap the inputs of all output
+positions sit at one constant offset: out[oh * L + ow] reads phases[base + oh * L + ow]. A tap is
+then one unit-stride loop over the whole output plane (L = the phase width, a few columns wider
+than the output; the extra columns are dropped at the end), which LLVM vectorizes whatever the
+stride, instead of a short loop per output row that stays scalar.
 
-The max keeps onnxruntime's (MLAS's maxps) NaN rule: a NaN tap makes the result NaN until a later
-tap replaces it. Planes are split between the caller and the helper thread when the input is large.
+Padding is filled so that it cannot change a result. An average adds zeros (exact: a sum that
+starts at +0 never becomes -0, and x + 0 == x otherwise) and divides by the taps counted (explicit
+pads included with count_include_pad, the ceil_mode overhang never). A max's padding repeats image
+values: a padded column left of the image holds the first image column on its dilation lattice,
+which is the first real tap of any window reading it and follows the padding in the fold; one
+right of the image holds the last, which precedes it; padded rows repeat whole rows the same way.
+Folding `o if o >= v else v` over a run of taps twice gives what folding it once does, NaN and
+signed zeros included, so the result is bit for bit that of skipping the padding. Windows with no
+image position at all get -inf afterwards.
+
+The max's NaN rule: a NaN tap makes the result NaN until a later tap replaces it (that fold).
+onnxruntime's MLAS kernel does not follow it everywhere (taps 1, 2, NaN give it 2, here NaN), and
+the NumPy path keeps any NaN. Planes are split between the caller and the helper thread when the
+input is large.
 """
 
 from __future__ import annotations
@@ -18,12 +33,17 @@ from ..jit import jit
 from .common import over_planes
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+UINT = np.uint64  # index type of the hot loops (see the note before the plane loop)
+# positions a tap pass covers before the next tap's: that much of acc stays in L1 across the taps
+# (whole-plane passes over a 2048x2048 plane would stream it from memory once per tap)
+CHUNK = 2048
 
 
 @jit
 def _pool_planes(x, kernel, strides, dilations, pads_begin, count_low, count_high, is_max, y):
     """y [P, OH, OW] = the pool of x [P, H, W]; count_low/high: per axis, the input range whose
-    positions an average counts (the explicit pads included or not)."""
+    positions an average counts (the explicit pads included or not); for a max, the image: a window
+    with none of it is all padding."""
     planes, height, width = x.shape
     out_h, out_w = y.shape[1], y.shape[2]
     kh, kw = kernel[0], kernel[1]
@@ -31,56 +51,122 @@ def _pool_planes(x, kernel, strides, dilations, pads_begin, count_low, count_hig
     dh, dw = dilations[0], dilations[1]
     ph, pw = pads_begin[0], pads_begin[1]
     t = x.dtype.type
-    # per tap column: the output columns whose input column lies in [0, width), and per output
-    # column the taps an average counts; integer divisions hoisted out of the loops (on maps of a
-    # few dozen columns they cost more than the additions)
-    first_tap = max(0, -((pw - (out_w - 1) * sw) // -dw))
-    last_tap = min(kw, (width - 1 + pw) // dw + 1)
-    lo, hi = np.zeros(kw, np.int64), np.zeros(kw, np.int64)
-    for j in range(first_tap, last_tap):
-        offset = j * dw - pw
-        lo[j] = 0 if offset >= 0 else (-offset + sw - 1) // sw
-        hi[j] = min(out_w, (width - 1 - offset) // sw + 1) if width - 1 - offset >= 0 else 0
-    cols = np.empty(out_w, np.int64)
+    start = t(-np.inf) if is_max else t(0)
+    rows, cols = np.empty(out_h, np.int64), np.empty(out_w, np.int64)
+    for oh in range(out_h):
+        top = oh * sh - ph
+        rows[oh] = max(0, min(kh - 1, (count_high[0] - 1 - top) // dh) - max(0, -((top - count_low[0]) // dh)) + 1)
     for ow in range(out_w):
         left = ow * sw - pw
         cols[ow] = max(0, min(kw - 1, (count_high[1] - 1 - left) // dw) - max(0, -((left - count_low[1]) // dw)) + 1)
-    start = t(-np.inf) if is_max else t(0)
-    for oh in range(out_h):
-        top = oh * sh - ph
-        # only the taps inside the image: a window far larger than the image (EfficientNet's
-        # AvgPool(1280, ceil_mode) over 7x7) must not cost a loop over all of its taps
-        first_row, last_row = max(0, -(top // dh)), min(kh, (height - 1 - top) // dh + 1)
-        rows = max(0, min(kh - 1, (count_high[0] - 1 - top) // dh) - max(0, -((top - count_low[0]) // dh)) + 1)
-        for p in range(planes):
-            out = y[p, oh]
-            for ow in range(out_w):
-                out[ow] = start
-            for i in range(first_row, last_row):
-                row = x[p, top + i * dh]
-                for j in range(first_tap, last_tap):
-                    offset = j * dw - pw
-                    # unit stride spelled out: a stride known to be 1 lets LLVM vectorize the loop
-                    if is_max and sw == 1:  # a select, not a branch: random data mispredicts a branch half the time
-                        for ow in range(lo[j], hi[j]):
-                            v = row[offset + ow]
-                            o = out[ow]
-                            out[ow] = o if o >= v else v  # noqa: FURB136 - numba compiles max() slower
-                    elif is_max:
-                        for ow in range(lo[j], hi[j]):
-                            v = row[offset + ow * sw]
-                            o = out[ow]
-                            out[ow] = o if o >= v else v  # noqa: FURB136
-                    elif sw == 1:
-                        for ow in range(lo[j], hi[j]):
-                            out[ow] += row[offset + ow]
-                    else:
-                        for ow in range(lo[j], hi[j]):
-                            out[ow] += row[offset + ow * sw]
-            if not is_max:  # divided by the taps counted (explicit pads with count_include_pad)
-                for ow in range(out_w):
-                    count = rows * cols[ow]
-                    out[ow] = out[ow] / t(count) if count else t(0)
+    # only the taps that reach the image for some output position: the others read padding
+    # everywhere, and a window far larger than the image (EfficientNet's AvgPool(1280, ceil_mode)
+    # over 7x7) must not cost a pass per tap
+    i0 = max(0, -((ph - (out_h - 1) * sh) // -dh))
+    i1 = max(i0, min(kh, (height - 1 + ph) // dh + 1))
+    j0 = max(0, -((pw - (out_w - 1) * sw) // -dw))
+    j1 = max(j0, min(kw, (width - 1 + pw) // dw + 1))
+    if i0 == i1 or j0 == j1:  # every window is all padding
+        y[:] = start
+        return
+    top0, left0 = ph - i0 * dh, pw - j0 * dw  # padded position = image position + (top0, left0)
+    num_rows = out_h + (i1 - 1 - i0) * dh // sh  # of a phase
+    num_cols = out_w + (j1 - 1 - j0) * dw // sw
+    size = num_rows * num_cols
+    span = (out_h - 1) * num_cols + out_w
+    phases, acc = np.empty(sh * sw * size, x.dtype), np.empty(span, x.dtype)
+    offsets = np.empty((i1 - i0) * (j1 - j0), UINT)  # per tap, in row-major order
+    for i in range(i1 - i0):
+        for j in range(j1 - j0):
+            a, b = i * dh, j * dw
+            offsets[i * (j1 - j0) + j] = ((a % sh) * sw + b % sw) * size + a // sh * num_cols + b // sw
+    # Where the fill puts each row and column, worked out once: the integer divisions cost more
+    # than the copies they place. A max's padding repeats the nearest image row or column on its
+    # dilation lattice (module docstring); -1 where there is none, and for an average's zeros.
+    row_src, row_at = np.empty(num_rows * sh, np.int64), np.empty(num_rows * sh, UINT)
+    for h in range(num_rows * sh):
+        r = h - top0
+        if r < 0 or r >= height:
+            r = (r % dh if r < 0 else r - (r - height + dh) // dh * dh) if is_max else -1
+        row_src[h] = r if 0 <= r < height else -1
+        row_at[h] = (h % sh) * sw * size + h // sh * num_cols
+    # Column phase q holds image columns q + k * sw - left0 at k = 0 .. num_cols - 1; [k_lo, k_hi)
+    # is inside the image in every phase and copied in bulk, the rest (the edges) one by one.
+    k_lo, k_hi = 0, num_cols
+    for q in range(sw):
+        k_lo = max(k_lo, -((q - left0) // sw))
+        k_hi = min(k_hi, (width - 1 + left0 - q) // sw + 1)
+    k_lo = min(k_lo, num_cols)
+    k_hi = max(k_lo, k_hi)
+    first = k_lo * sw - left0  # the image column at phase 0, k_lo
+    edge_at = np.empty(sw * (num_cols - k_hi + k_lo), UINT)
+    edge_src = np.empty(sw * (num_cols - k_hi + k_lo), np.int64)
+    e = 0
+    for q in range(sw):
+        for k in range(num_cols):
+            if k_lo <= k < k_hi:
+                continue
+            c = q + k * sw - left0
+            if c < 0 or c >= width:
+                c = (c % dw if c < 0 else c - (c - width + dw) // dw * dw) if is_max else -1
+            edge_at[e], edge_src[e] = q * size + k, c if 0 <= c < width else -1
+            e += 1
+    # Unsigned indices below: numba wraps a negative signed index around, and that check on every
+    # access turns the copies into gathers and keeps LLVM from vectorizing the tap loops.
+    flat, pooled = x.reshape(x.size), y.reshape(y.size)
+    num_bulk = UINT(k_hi - k_lo)
+    for p in range(planes):
+        for h in range(num_rows * sh):
+            at, r = row_at[h], row_src[h]
+            if r < 0:
+                for q in range(sw):
+                    for k in range(UINT(num_cols)):
+                        phases[at + UINT(q * size) + k] = start
+                continue
+            src, dst = UINT((p * height + r) * width + first), at + UINT(k_lo)
+            if sw == 1:
+                for k in range(num_bulk):
+                    phases[dst + k] = flat[src + k]
+            elif sw == 2:  # both phases in one loop: LLVM de-interleaves with shuffles
+                dst_odd = dst + UINT(size)
+                for k in range(num_bulk):
+                    phases[dst + k] = flat[src + k + k]
+                    phases[dst_odd + k] = flat[src + k + k + UINT(1)]
+            else:
+                for q in range(sw):
+                    for k in range(num_bulk):
+                        phases[dst + UINT(q * size) + k] = flat[src + UINT(q) + k * UINT(sw)]
+            row = UINT((p * height + r) * width)
+            for edge in range(len(edge_at)):
+                c = edge_src[edge]
+                phases[at + edge_at[edge]] = flat[row + UINT(c)] if c >= 0 else start
+        for chunk in range(0, span, CHUNK):
+            head, length = UINT(chunk), UINT(min(CHUNK, span - chunk))
+            for tap in range(len(offsets)):
+                at = offsets[tap] + head
+                if tap == 0 and is_max:  # -inf folded with v is v, bit for bit
+                    for f in range(length):
+                        acc[head + f] = phases[at + f]
+                elif tap == 0:  # 0 + v, not v: a sum starting at +0 turns -0 into +0
+                    for f in range(length):
+                        acc[head + f] = start + phases[at + f]
+                elif is_max:  # a select, not a branch: random data mispredicts a branch half the time
+                    for f in range(length):
+                        v = phases[at + f]
+                        o = acc[head + f]
+                        acc[head + f] = o if o >= v else v  # noqa: FURB136 - numba compiles max() slower
+                else:
+                    for f in range(length):
+                        acc[head + f] += phases[at + f]
+        for oh in range(out_h):
+            line, out = UINT(oh * num_cols), UINT((p * out_h + oh) * out_w)
+            if is_max:  # windows with no image position: -inf, not the padding's copies
+                for ow in range(UINT(out_w)):
+                    pooled[out + ow] = acc[line + ow] if rows[oh] * cols[ow] else start
+            else:  # divided by the taps counted (explicit pads with count_include_pad)
+                for ow in range(UINT(out_w)):
+                    count = rows[oh] * cols[ow]
+                    pooled[out + ow] = acc[line + ow] / t(count) if count else t(0)
 
 
 def pool2d(x: np.ndarray, kernel, geo, is_max: bool, count_include_pad: bool = False) -> np.ndarray | None:
