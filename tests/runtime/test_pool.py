@@ -54,6 +54,7 @@ LARGE_WINDOWS = [
     {"kernel_shape": [5, 5], "strides": [3, 3], "pads": [2, 1, 2, 1]},
     # a window far larger than the image: the ceil_mode overhang must be neither padded nor counted
     {"kernel_shape": [64, 64], "strides": [64, 64], "ceil_mode": 1},
+    {"kernel_shape": [1280, 1280], "strides": [1280, 1280], "ceil_mode": 1},  # EfficientNet's, over 7x8
 ]
 
 
@@ -63,6 +64,25 @@ def test_average_pool_large_windows(attrs, count_include_pad, rng, single_node, 
     x = rng.standard_normal((2, 3, 7, 8)).astype(F32)
     ort_check(single_node("AveragePool", {"x": x}, [("y", F32)], {**attrs, "count_include_pad": count_include_pad},
                           opset=19), {"x": x})
+
+
+def test_windows_far_larger_than_the_image_leave_the_compiled_path():
+    # EfficientNet's AvgPool(1280, ceil_mode) over 7x7: the compiled kernel's padded phase scratch
+    # would be 1286 x 1286 per plane (3.7 s for the model); the NumPy path reduces the one window
+    from infc.compiler.runtime.kernels.conv import geometry
+    from infc.compiler.runtime.kernels.jit_pool import pool2d
+
+    attrs = {"kernel_shape": [1280, 1280], "strides": [1280, 1280], "ceil_mode": 1}
+    x = np.ones((1, 4, 7, 7), F32)
+    assert pool2d(x, (1280, 1280), geometry((7, 7), (1280, 1280), attrs, ceil_mode=True), is_max=False) is None
+    assert pool2d(x, (3, 3), geometry((7, 7), (3, 3), {"strides": [2, 2]}), is_max=True) is not None or \
+        not _compiled_available()
+
+
+def _compiled_available() -> bool:
+    from infc.compiler.runtime import jit
+
+    return jit.enabled()
 
 
 @pytest.mark.parametrize("attrs", LARGE_WINDOWS)

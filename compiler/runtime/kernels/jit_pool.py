@@ -37,6 +37,7 @@ UINT = np.uint64  # index type of the hot loops (see the note before the plane l
 # positions a tap pass covers before the next tap's: that much of acc stays in L1 across the taps
 # (whole-plane passes over a 2048x2048 plane would stream it from memory once per tap)
 CHUNK = 2048
+MAX_SCRATCH_GROWTH = 4  # the padded scratch of a plane may be this many times the plane, no more
 
 
 @jit
@@ -176,6 +177,13 @@ def pool2d(x: np.ndarray, kernel, geo, is_max: bool, count_include_pad: bool = F
     if compiled is None or x.ndim != 4 or x.dtype not in FLOATS or not x.size or not all(geo.out):
         return None
     n, c, height, width = x.shape
+    (out_h, out_w), (kh, kw) = geo.out, kernel
+    span_h = (out_h - 1) * geo.strides[0] + (kh - 1) * geo.dilations[0] + 1
+    span_w = (out_w - 1) * geo.strides[1] + (kw - 1) * geo.dilations[1] + 1
+    if span_h * span_w > MAX_SCRATCH_GROWTH * height * width + 4096:
+        # windows far larger than the image (EfficientNet's AvgPool(1280) over 7x7 with ceil_mode):
+        # the padded phase scratch would be mostly padding; the NumPy path reduces each window
+        return None
     planes = np.ascontiguousarray(x).reshape(n * c, height, width)
     y = np.empty((n * c,) + tuple(geo.out), dtype=x.dtype)
     spatial = (height, width)
