@@ -72,6 +72,8 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
             _rewrite_step(program, index, weight_name, [(bucket, report.results[str(key)]) for bucket, key in keys])
         reports.append(report)
     spent = sum(r.time_s for r in reports)
+    if not options.allow_fallback:  # --no-fallback: nothing runs in onnxruntime, tactics included
+        return _tuning(table, reports, {})
     conv_rows, conv_report = tune_vendor_tactics(
         program, _with_graph_inputs(program, shapes_by_level, profile), target, cache=cache, show_progress=options.show_progress,
         budget_s=None if profile.budget_s is None else max(profile.budget_s - spent, 0.0))
@@ -86,6 +88,10 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
         timed = ", ".join(f"{label} {ms:.3g} ms" for label, ms in context["program_ms"].items())
         log(f"onnxruntime tactics: kept for {context['num_kept']} of the {context['num_marked']} "
             f"convolution and GEMM steps it won alone (the program at the opt shapes with the marks whose time ratio is: {timed})")
+    return _tuning(table, reports, context)
+
+
+def _tuning(table: list, reports: list, context: dict) -> dict:
     return {"table": table, "sections": {}, "cache_stats": {"hits": sum(r.num_cache_hits for r in reports),
                                                            "misses": sum(r.num_cache_misses for r in reports),
                                                            "time_s": round(sum(r.time_s for r in reports), 3)},

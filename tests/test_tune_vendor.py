@@ -168,3 +168,15 @@ def test_gemm_steps_go_to_onnxruntime_and_the_plan_still_matches():
     expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
     for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
         assert diff.max_rel_diff < 1e-5, diff
+
+
+def test_no_fallback_builds_keep_every_step_on_infc(tmp_path):
+    from infc.compiler.build import BuildOptions, build
+    from infc.compiler.plan.format import read_plan
+
+    options = BuildOptions(cache_dir=tmp_path / "cache", use_cache=False, show_progress=False, allow_fallback=False)
+    build(str(FIXTURES / "cnn_ts.onnx"), str(FIXTURES.parent.parent / "profiles" / "cnn.yaml"), str(tmp_path / "p.plan"),
+          options)
+    meta = read_plan(str(tmp_path / "p.plan")).meta
+    assert not any(step.get("tactic") for step in meta["program"])
+    assert not any(row["shape"].startswith(("Conv ", "GEMM step")) for row in meta["tuning"])
