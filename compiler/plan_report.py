@@ -66,8 +66,8 @@ def _nbytes(info: dict) -> int:
 
 
 def _tuning_table(tuning: list[dict]) -> Table:
-    table = Table(title="Tuned kernels per shape (time as % of the vendor library: BLAS for GEMMs, onnxruntime "
-                        "for convolutions; lower is faster)")
+    table = Table(title="Tuned kernels per shape (time as % of the vendor library: BLAS for a GEMM's recipes, "
+                        "onnxruntime for convolution and GEMM steps; lower is faster)")
     for column in ("problem (GEMM: M bucket x N x K)", "source", "winner", "winner %", "fastest candidates (% of vendor)"):
         table.add_column(column)
     for entry in tuning:
