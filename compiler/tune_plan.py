@@ -86,8 +86,9 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
             feeds = random_inputs(program.inputs, profile.shapes("opt"), rows, seed=1)
         context = confirm_in_context(program, feeds)
         timed = ", ".join(f"{label} {ms:.3g} ms" for label, ms in context["program_ms"].items())
-        log(f"onnxruntime tactics: kept for {context['num_kept']} of the {context['num_marked']} "
-            f"convolution and GEMM steps it won alone (the program at the opt shapes with the marks whose time ratio is: {timed})")
+        log(f"onnxruntime tactics: {context['num_kept']} of {context['num_marked']} convolution and GEMM steps run in "
+            f"onnxruntime, in {context['num_sessions']} sessions (the program at the opt shapes with the steps whose time "
+            f"alone, onnxruntime's over infc's, is: {timed})")
     return _tuning(table, reports, context)
 
 

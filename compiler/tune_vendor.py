@@ -2,12 +2,14 @@
 (autotune/cpu_conv.py, together with the elementwise step the executor would fuse into it as an
 epilogue) and each tuned GEMM step (autotune/cpu_gemm_vendor.py) is timed on infc's kernel and on
 onnxruntime's at every distinct input shape its profile reaches (min, opt and max, not the opt
-shape alone), and the step is marked `"tactic": "onnxruntime"` (and `"tactic_threads"`) when
-onnxruntime won at most of them (the opt shape breaks a tie).
+shape alone), and the step is marked `"tactic": "onnxruntime"` (with `"tactic_threads"` and its
+time ratio, onnxruntime's over infc's) whenever an onnxruntime candidate was timed.
 
 Timed alone, a step runs with its input in cache and onnxruntime's worker thread awake; in a
-program neither holds, so the marks are confirmed in context: the whole program runs at the opt
-shapes with and without them, interleaved, and they stay only if the program got faster. Steps
+program neither holds, and consecutive marked steps run as one session (`"tactic_group"`), which
+keeps onnxruntime's blocked layout between them: a step slower alone can pay there. So the marks
+are decided in context: the whole program runs at the opt shapes without them and with the marks
+up to each TIERS ratio, interleaved, and the fastest stays if it beats the unmarked program. Steps
 keep their inputs and weights as they are: the runtime builds the sessions at load
 (runtime/vendor_op.py)."""
 
@@ -31,9 +33,10 @@ LEVELS = ("opt", "min", "max")  # opt first: it breaks ties
 CONFIRM_BUDGET_S = 1.0  # per program variant, for the in-context check
 CONFIRM_MIN_RUNS = 5
 CONFIRM_MARGIN = 0.03  # a marked program must be this much faster than the unmarked one, or the marks go
-# Subsets of the marks tried in context: onnxruntime's time over infc's at most this, at the opt shape
-TIERS = (0.5, 0.75, 1.0)
-TACTIC_FIELDS = ("tactic", "tactic_threads", "tactic_ratio")
+# Subsets of the marks tried in context: onnxruntime's time alone over infc's at most this (a step
+# slower alone can pay in a run of them: one session, no layout change between them)
+TIERS = (0.5, 0.75, 1.0, 1.5, math.inf)
+TACTIC_FIELDS = ("tactic", "tactic_threads", "tactic_ratio", "tactic_group")
 # Smaller steps keep infc's kernel untimed: a session call costs ~30 us, about all of their time,
 # and in context (mobile networks, PP-OCR) onnxruntime never won such a convolution.
 MIN_MACS = 1 << 20
@@ -64,6 +67,7 @@ def _conv_candidates(program: Program, shapes_by_level: dict):
         else:
             out = shapes_by_level.get("opt", {}).get(step["outputs"][0])
             if out is not None and macs(w.shape, out[0]) < MIN_MACS:
+                _mark_untimed(step)
                 continue
             yield index, decode_attrs(step.get("attrs") or {}), shapes
 
@@ -85,6 +89,8 @@ def _gemm_candidates(program: Program, shapes_by_level: dict):
         else:
             if math.prod(shapes["opt"]) * w.shape[1] >= MIN_MACS:
                 yield index, shapes
+            else:
+                _mark_untimed(step)
 
 
 def tune_vendor_tactics(program: Program, shapes_by_level: dict, target: str, *, budget_s, cache, show_progress: bool,
@@ -136,20 +142,35 @@ def _conv_problems(program: Program, shapes_by_level: dict, target: str) -> tupl
     return plans, problems
 
 
-def _mark(step: dict, results: list) -> None:
-    """The vote over the step's shapes: onnxruntime when it won most of those timed (opt breaks a tie)."""
-    winners = [_measured_winner(result) for result in results]
-    votes = sum(1 if w is not None and w != NATIVE else -1 if w == NATIVE else 0 for w in winners)
-    if not (votes > 0 or (votes == 0 and winners[0] is not None and winners[0] != NATIVE)):
-        return
-    vendor = next(w for w in winners if w is not None and w != NATIVE)
+def _mark_untimed(step: dict) -> None:
+    """A step too small to time alone (a session call is about all of its time) may still run in
+    onnxruntime inside a run of marked steps: it joins the context check's "all" subset only."""
     step["tactic"] = TACTIC
-    if vendor.param("threads"):
-        step["tactic_threads"] = int(vendor.param("threads"))
-    first = results[0]  # the opt shape's (or the first level measured)
-    native, chosen = first.result_of(NATIVE), first.result_of(vendor)
-    if native and chosen and native.is_ok and chosen.is_ok and native.median_s > 0:
-        step["tactic_ratio"] = round(chosen.median_s / native.median_s, 3)
+    step["tactic_ratio"] = None
+
+
+def _mark(step: dict, results: list) -> None:
+    """Marks a step with its time ratio: onnxruntime's best candidate over infc's, the geometric mean
+    over the shapes timed. Which marks stay is decided in context
+    (confirm_in_context): one that onnxruntime loses alone can win inside a run of them in one
+    session, which keeps its blocked layout from step to step."""
+    ratios, threads = [], []
+    for result in results:
+        native = result.result_of(NATIVE)
+        vendors = [c for c in result.candidates if c.config != NATIVE and c.is_ok]
+        if native is None or not native.is_ok or not vendors or native.median_s <= 0:
+            continue
+        best = min(vendors, key=lambda c: (c.median_s, str(c.config)))
+        ratios.append(best.median_s / native.median_s)
+        threads.append(best.config.param("threads"))
+    if not ratios:
+        return
+    ratio = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    step["tactic"] = TACTIC
+    chosen = max(set(threads), key=lambda t: (threads.count(t), t == threads[0]))  # the shapes' majority; opt breaks ties
+    if chosen:
+        step["tactic_threads"] = int(chosen)
+    step["tactic_ratio"] = round(ratio, 3)
 
 
 def confirm_in_context(program: Program, feeds: dict, *, budget_s: float = CONFIRM_BUDGET_S, clock=time.perf_counter) -> dict:
@@ -164,20 +185,21 @@ def confirm_in_context(program: Program, feeds: dict, *, budget_s: float = CONFI
         return {}
     subsets = {"none": set()}
     for tier in TIERS:
-        chosen = frozenset(i for i, step in marked.items() if step.get("tactic_ratio", 1.0) <= tier)
+        chosen = frozenset(i for i, step in marked.items() if _ratio(step) <= tier)
         if chosen and chosen not in subsets.values():
-            subsets[f"ratio<={tier:g}"] = chosen
+            subsets[f"ratio<={tier:g}" if math.isfinite(tier) else "all"] = chosen
     names = [o["name"] for o in program.outputs]
 
     def executor(keep):
-        steps = [step if index in keep else {k: v for k, v in step.items() if k not in TACTIC_FIELDS}
-                 for index, step in enumerate(program.steps)]
+        steps = _with_marks(program.steps, keep)
         return Executor(steps, program.weights, program.opset, program.islands, output_names=names)
 
     sides = {label: executor(keep) for label, keep in subsets.items()}
+    reference = sides["none"].run(feeds)  # also the warm-up of compiled kernels and sessions
+    wrong = [label for label, run in sides.items() if label != "none" and not _agrees(run.run(feeds), reference, names)]
+    for label in wrong:  # a vendor step untimed alone was never checked against float64: this is its check
+        del sides[label]
     times: dict[str, list[float]] = {label: [] for label in sides}
-    for run in sides.values():
-        run.run(feeds)  # warm-up: compiled kernels, sessions' first runs
     deadline = clock() + budget_s * len(sides)
     while len(times["none"]) < CONFIRM_MIN_RUNS or (clock() < deadline and len(times["none"]) < 200):
         for label, run in sides.items():
@@ -188,18 +210,51 @@ def confirm_in_context(program: Program, feeds: dict, *, budget_s: float = CONFI
     best = min(medians, key=medians.get)
     if medians[best] >= medians["none"] * (1.0 - CONFIRM_MARGIN):
         best = "none"
-    for index, step in marked.items():
-        if index not in subsets[best]:
-            for field in TACTIC_FIELDS:
-                step.pop(field, None)
-    return {"num_marked": len(marked), "num_kept": len(subsets[best]), "kept": best,
+    program.steps[:] = _with_marks(program.steps, subsets[best])
+    groups = {step["tactic_group"] for step in program.steps if "tactic_group" in step}
+    return {"num_marked": len(marked), "num_kept": len(subsets[best]), "kept": best, "rejected_wrong": wrong,
+            "num_sessions": len(
+                [s for s in program.steps if s.get("tactic") and "tactic_group" not in s]) + len(groups),
             "program_ms": {label: round(ms, 4) for label, ms in medians.items()}, "num_runs": len(times["none"])}
 
 
-def _measured_winner(result):
-    """The winner when it was timed; None when the budget ran out first (the step keeps infc's kernel)."""
-    measured = result.result_of(result.winner)
-    return result.winner if measured is not None and measured.is_ok else None
+def _ratio(step: dict) -> float:
+    ratio = step.get("tactic_ratio")
+    return math.inf if ratio is None else float(ratio)
+
+
+AGREE_RTOL = 1e-4  # a program variant's outputs against the unmarked program's, relative to their largest
+
+
+def _agrees(outputs: dict, reference: dict, names: list[str]) -> bool:
+    for name in names:
+        got, want = np.asarray(outputs[name]), np.asarray(reference[name])
+        if got.shape != want.shape:
+            return False
+        if want.dtype.kind != "f" or want.size == 0:
+            if not np.array_equal(got, want):
+                return False
+            continue
+        scale = max(float(np.nanmax(np.abs(want))) if np.isfinite(want).any() else 0.0, np.finfo(np.float32).tiny)
+        if not np.allclose(got, want, rtol=0.0, atol=AGREE_RTOL * scale, equal_nan=True):
+            return False
+    return True
+
+
+def _with_marks(steps: list[dict], keep) -> list[dict]:
+    """Copies of the steps with the marks of those in `keep` only, and each run of consecutive kept
+    steps grouped into one session (runtime/vendor_op.py: onnxruntime keeps its blocked layout
+    between them)."""
+    marked = []
+    for index, step in enumerate(steps):
+        plain = {k: v for k, v in step.items() if k not in TACTIC_FIELDS}
+        if index in keep:
+            plain.update({k: step[k] for k in TACTIC_FIELDS if k in step and k != "tactic_group"})
+            previous = marked[-1] if marked else None
+            if previous is not None and previous.get("tactic") and index - 1 in keep:
+                plain["tactic_group"] = previous.setdefault("tactic_group", index - 1)
+        marked.append(plain)
+    return marked
 
 
 def table_row(result) -> dict:

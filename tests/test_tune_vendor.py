@@ -109,7 +109,7 @@ def test_a_spent_budget_leaves_infc_kernels():
     assert not any(s.get("tactic") for s in program.steps)
 
 
-def test_infc_winning_keeps_the_step_native():
+def test_infc_winning_alone_leaves_the_step_to_the_context_check():
     _, program, seen = _program()
 
     def bench(run):
@@ -117,6 +117,35 @@ def test_infc_winning_keeps_the_step_native():
 
     rows, _ = tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=bench)
     assert all(r["winner"] == str(NATIVE) for r in rows)
+    # marked with its ratio (onnxruntime 10x slower alone): only the "all" subset holds it
+    convs = [s for s in program.steps if is_conv_step(s)]
+    assert convs and all(s["tactic_ratio"] == 10.0 for s in convs)
+    assert tune_vendor._ratio(convs[0]) > tune_vendor.TIERS[-2]
+
+
+def test_small_steps_are_marked_untimed_for_the_all_subset(monkeypatch):
+    monkeypatch.setattr(tune_vendor, "MIN_MACS", 1 << 40)
+    _, program, seen = _program()
+    tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=lambda run: [1e-3])
+    convs = [s for s in program.steps if is_conv_step(s)]
+    assert convs and all(s["tactic"] == TACTIC and s["tactic_ratio"] is None for s in convs)
+
+
+def test_context_check_rejects_a_variant_whose_outputs_differ(monkeypatch):
+    from infc.compiler.runtime import executor as executor_module
+
+    _, program, seen = _program()
+    tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=lambda run: [1e-3])
+    real = executor_module.group_runner
+
+    def skewed(step, weights, decode):  # a vendor session that computes something else
+        run = real(step, weights, decode)
+        return lambda inputs, attrs, ctx: [y * np.float32(1.01) for y in run(inputs, attrs, ctx)]
+
+    monkeypatch.setattr(executor_module, "group_runner", skewed)
+    feeds = {"pixel_values": np.random.default_rng(4).standard_normal((4, 3, 32, 32)).astype(np.float32)}
+    summary = tune_vendor.confirm_in_context(program, feeds, budget_s=0.0)
+    assert summary["rejected_wrong"] and summary["kept"] == "none"
     assert not any(s.get("tactic") for s in program.steps)
 
 

@@ -44,7 +44,7 @@ from .kernels import kernel_for
 from .kernels.common import KernelContext, decode_attrs
 from .kernels.conv_epilogue import fuse_conv_epilogues
 from .kernels.fake_quant import fuse_fake_quantize
-from .vendor_op import TACTIC, is_vendor_step, vendor_runner
+from .vendor_op import GROUP_OP, TACTIC, group_runner, group_tactic_steps, is_vendor_step, vendor_runner
 
 ISLAND_OP = "__island__"
 SHAPE_SOURCES = {("", "Shape"), ("", "Size")}  # outputs depend on the input's shape only
@@ -96,6 +96,7 @@ class Executor:
         if observer is None:  # an observer sees every value: it gets the program as planned
             program_steps = fuse_fake_quantize(program_steps, set(self.output_names))
             program_steps = fuse_conv_epilogues(program_steps, self._weights, set(self.output_names))
+            program_steps = group_tactic_steps(program_steps, self._weights, set(self.output_names))
         self.input_names = _graph_inputs(program_steps, self._weights)
         self._steps = [self._prepare(step, islands or {}) for step in program_steps]
         self._assign_frees()
@@ -114,6 +115,9 @@ class Executor:
                 raise BadInput(f"island step needs section '{section}', which the program does not carry")
             return _Step(_island_runner(islands[section], inputs, outputs), {}, KernelContext(self.opset),
                          inputs, outputs, label, (domain, ISLAND_OP))
+        if step["op"] == GROUP_OP:
+            return _Step(group_runner(step, self._weights, decode_attrs), {}, KernelContext(self.opset), inputs, outputs,
+                         f"{len(step['members'])} steps in one onnxruntime session ({label})", (domain, GROUP_OP))
         kernel = kernel_for(domain, step["op"])
         if kernel is None:
             raise BadInput(f"no runtime kernel for {label}")

@@ -90,3 +90,78 @@ def vendor_runner(step_op: str, step_domain: str, attrs: dict, input_names: list
         return session.run(outputs, {name: inputs[index] for name, index in fed})
 
     return in_onnxruntime
+
+
+# Runs of consecutive tactic steps (a ResNet block's convolutions, a MobileNet's whole body) are one
+# session: inside it onnxruntime keeps its blocked NCHWc layout from one convolution to the next,
+# where separate sessions reorder every input to NCHWc and every output back (MobileNetV2 at 224:
+# most of the time of its 1x1 convolutions). The build marks the runs (`"tactic_group"`, the index
+# of the run's first step) when the whole program measured faster with them (tune_vendor.py).
+GROUP_OP = "__onnxruntime_group__"
+
+
+def group_tactic_steps(steps: list[dict], weights: dict, keep: set[str]) -> list[dict]:
+    """The program with each run of two or more consecutive steps of one "tactic_group" replaced by
+    a step that runs them in one session (`members` holds them); values of the run that later steps
+    or the program outputs read are its outputs."""
+    runs: list[list[int]] = []
+    for index, step in enumerate(steps):
+        group = step.get("tactic_group") if step.get("tactic") == TACTIC and is_vendor_step(step) else None
+        if group is not None and runs and steps[runs[-1][-1]].get("tactic_group") == group and runs[-1][-1] == index - 1:
+            runs[-1].append(index)
+        elif group is not None:
+            runs.append([index])
+    merged: dict[int, dict | None] = {}
+    for run in runs:
+        if len(run) < 2:
+            continue
+        members = [steps[i] for i in run]
+        produced = {name for member in members for name in member["outputs"] if name}
+        read_after = set(keep)
+        for later in steps[run[-1] + 1:]:
+            read_after.update(later["inputs"])
+        inputs = list(dict.fromkeys(name for member in members for name in member["inputs"][:_num_read(member)]
+                                    if name and name not in produced and name not in weights))
+        outputs = [name for member in members for name in member["outputs"] if name and name in read_after]
+        merged[run[0]] = {"op": GROUP_OP, "domain": "", "name": f"{members[0].get('name', '')} .. {members[-1].get('name', '')}",
+                          "inputs": inputs, "outputs": outputs, "members": members}
+        for i in run[1:]:
+            merged[i] = None
+    return [merged.get(i, step) for i, step in enumerate(steps) if merged.get(i, step) is not None]
+
+
+def _num_read(step: dict) -> int:
+    count = VENDOR_FORMS[((step.get("domain") or ""), step["op"])][2]
+    return len(step["inputs"]) if count is None else count
+
+
+def group_runner(step: dict, weights: dict, decode) -> Callable:
+    """A kernel (inputs, attrs, ctx) -> outputs running a GROUP_OP step's members in one session;
+    `decode` turns a member's JSON attributes into values (kernels.common.decode_attrs)."""
+    import onnxruntime as ort  # noqa: PLC0415
+    from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415
+
+    nodes, constants = [], {}
+    for member in step["members"]:
+        domain, op, _, keeps_attrs = VENDOR_FORMS[((member.get("domain") or ""), member["op"])]
+        names = [name or "" for name in member["inputs"][:_num_read(member)]]
+        constants.update({name: weights[name] for name in names if name in weights})
+        attrs = {k: _attr(v) for k, v in decode(member.get("attrs") or {}).items()} if keeps_attrs else {}
+        nodes.append(helper.make_node(op, names, list(member["outputs"]), domain=domain, **attrs))
+    graph = helper.make_graph(
+        nodes, "vendor_group", [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in step["inputs"]],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in step["outputs"]],
+        [numpy_helper.from_array(np.ascontiguousarray(value), name) for name, value in constants.items()])
+    domains = {node.domain for node in nodes if node.domain}
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSETS[""])]
+                              + [helper.make_opsetid(d, _OPSETS[d]) for d in sorted(domains)], ir_version=8)
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    input_names, output_names = list(step["inputs"]), list(step["outputs"])
+
+    def group_in_onnxruntime(inputs, attrs, ctx):
+        return session.run(output_names, dict(zip(input_names, inputs)))
+
+    return group_in_onnxruntime
