@@ -37,8 +37,8 @@ CONFIRM_MARGIN = 0.03  # a marked program must be this much faster than the unma
 # slower alone can pay in a run of them: one session, no layout change between them)
 TIERS = (0.5, 0.75, 1.0, 1.5, math.inf)
 TACTIC_FIELDS = ("tactic", "tactic_threads", "tactic_ratio", "tactic_group")
-# Smaller steps keep infc's kernel untimed: a session call costs ~30 us, about all of their time,
-# and in context (mobile networks, PP-OCR) onnxruntime never won such a convolution.
+# Smaller steps are not timed alone (a session call costs ~30 us, about all of their time): they are
+# marked untimed and run in onnxruntime only in the "all" subset, inside runs of other marked steps.
 MIN_MACS = 1 << 20
 
 
@@ -95,7 +95,7 @@ def _gemm_candidates(program: Program, shapes_by_level: dict):
 
 def tune_vendor_tactics(program: Program, shapes_by_level: dict, target: str, *, budget_s, cache, show_progress: bool,
                         bench_fn=None) -> tuple[list, TuneReport | None]:
-    """Marks the steps onnxruntime wins; returns (table rows, the tuner's report)."""
+    """Marks the steps onnxruntime can run, with their time ratios; returns (table rows, the tuner's report)."""
     plans, problems = _conv_problems(program, shapes_by_level, target)
     for index, shapes in _gemm_candidates(program, shapes_by_level):
         step = program.steps[index]
