@@ -131,7 +131,7 @@ def _conv_problems(program: Program, shapes_by_level: dict, target: str) -> tupl
             reader, merged = pairs[index]
             then = (program.steps[reader], merged, program.weights)
         keys = []
-        for level, (x_shape, z_shape) in shapes.items():
+        for x_shape, z_shape in shapes.values():
             key = conv_key(x_shape, w.shape, attrs, bias is not None, z_shape is not None, target,
                            then=then_name(then[0]) if then else "")
             if str(key) not in problems:

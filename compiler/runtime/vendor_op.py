@@ -45,21 +45,6 @@ def is_vendor_step(step: dict) -> bool:
     return ((step.get("domain") or ""), step["op"]) in VENDOR_FORMS
 
 
-def vendor_model(op: str, domain: str, attrs: dict, input_names: list[str], constants: dict[str, np.ndarray]):
-    """A one-node ONNX model: the inputs not in `constants` are graph inputs, the rest initializers."""
-    from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415 - only plans with this tactic need it
-
-    names = [name or "" for name in input_names]
-    node = helper.make_node(op, names, ["y"], domain=domain or "", **{k: _attr(v) for k, v in attrs.items()})
-    feeds = [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in names if name and name not in constants]
-    initializers = [numpy_helper.from_array(np.ascontiguousarray(constants[name]), name)
-                    for name in dict.fromkeys(names) if name in constants]
-    graph = helper.make_graph([node], "vendor", feeds, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              initializers)
-    opsets = [helper.make_opsetid("", _OPSETS[""])] + ([helper.make_opsetid(domain, _OPSETS[domain])] if domain else [])
-    return helper.make_model(graph, opset_imports=opsets, ir_version=8)
-
-
 def _attr(value):
     if isinstance(value, np.ndarray):
         return value.tolist()
@@ -68,28 +53,48 @@ def _attr(value):
 
 def vendor_runner(step_op: str, step_domain: str, attrs: dict, input_names: list[str],
                   constants: dict[str, np.ndarray], threads: int | None = None) -> Callable:
-    """A kernel (inputs, attrs, ctx) -> [y] that runs the step in onnxruntime; `inputs` are all the
+    """A kernel (inputs, attrs, ctx) -> [y] that runs one step in onnxruntime; `inputs` are all the
     step's inputs in order (the constant ones and those its onnxruntime form does not read are
-    ignored: the session holds the constants). `threads`: the session's intra-op threads (None:
-    onnxruntime's default, one per core)."""
-    import onnxruntime as ort  # noqa: PLC0415
-
-    domain, op, num_inputs, keeps_attrs = VENDOR_FORMS[(step_domain or "", step_op)]
-    names = list(input_names[:num_inputs] if num_inputs else input_names)
-    model = vendor_model(op, domain, attrs if keeps_attrs else {}, names, constants)
-    options = ort.SessionOptions()
-    options.log_severity_level = 4  # a failure surfaces as the step's one-line error
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if threads:
-        options.intra_op_num_threads = int(threads)
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    fed = [(name, index) for index, name in enumerate(names) if name and name not in constants]
+    ignored: the session holds the constants). `attrs` are decoded values. `threads`: the session's
+    intra-op threads (None: onnxruntime's default, one per core)."""
+    step = {"op": step_op, "domain": step_domain, "inputs": list(input_names), "outputs": ["y"], "attrs": attrs}
+    fed = [(name, index) for index, name in enumerate(input_names[:_num_read(step)]) if name and name not in constants]
+    session = _session([step], [name for name, _ in fed], ["y"], constants, lambda a: a, threads)
     outputs = ["y"]
 
     def in_onnxruntime(inputs, attrs, ctx):
         return session.run(outputs, {name: inputs[index] for name, index in fed})
 
     return in_onnxruntime
+
+
+def _session(members: list[dict], input_names: list[str], output_names: list[str], weights: dict, decode,
+             threads: int | None = None):
+    """One onnxruntime session over the members' onnxruntime forms (VENDOR_FORMS); the inputs they
+    read from `weights` are its initializers. `decode` turns a member's attributes into values."""
+    import onnxruntime as ort  # noqa: PLC0415 - only plans with this tactic need it
+    from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415
+
+    nodes, constants = [], {}
+    for member in members:
+        domain, op, _, keeps_attrs = VENDOR_FORMS[((member.get("domain") or ""), member["op"])]
+        names = [name or "" for name in member["inputs"][:_num_read(member)]]
+        constants.update({name: weights[name] for name in names if name in weights})
+        attrs = {k: _attr(v) for k, v in decode(member.get("attrs") or {}).items()} if keeps_attrs else {}
+        nodes.append(helper.make_node(op, names, list(member["outputs"]), domain=domain, **attrs))
+    graph = helper.make_graph(
+        nodes, "vendor", [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in input_names],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in output_names],
+        [numpy_helper.from_array(np.ascontiguousarray(value), name) for name, value in constants.items()])
+    domains = sorted({node.domain for node in nodes if node.domain})
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSETS[""])]
+                              + [helper.make_opsetid(d, _OPSETS[d]) for d in domains], ir_version=8)
+    options = ort.SessionOptions()
+    options.log_severity_level = 4  # a failure surfaces as the step's one-line error
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if threads:
+        options.intra_op_num_threads = int(threads)
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 # Runs of consecutive tactic steps (a ResNet block's convolutions, a MobileNet's whole body) are one
@@ -138,28 +143,8 @@ def _num_read(step: dict) -> int:
 def group_runner(step: dict, weights: dict, decode) -> Callable:
     """A kernel (inputs, attrs, ctx) -> outputs running a GROUP_OP step's members in one session;
     `decode` turns a member's JSON attributes into values (kernels.common.decode_attrs)."""
-    import onnxruntime as ort  # noqa: PLC0415
-    from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415
-
-    nodes, constants = [], {}
-    for member in step["members"]:
-        domain, op, _, keeps_attrs = VENDOR_FORMS[((member.get("domain") or ""), member["op"])]
-        names = [name or "" for name in member["inputs"][:_num_read(member)]]
-        constants.update({name: weights[name] for name in names if name in weights})
-        attrs = {k: _attr(v) for k, v in decode(member.get("attrs") or {}).items()} if keeps_attrs else {}
-        nodes.append(helper.make_node(op, names, list(member["outputs"]), domain=domain, **attrs))
-    graph = helper.make_graph(
-        nodes, "vendor_group", [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in step["inputs"]],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in step["outputs"]],
-        [numpy_helper.from_array(np.ascontiguousarray(value), name) for name, value in constants.items()])
-    domains = {node.domain for node in nodes if node.domain}
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSETS[""])]
-                              + [helper.make_opsetid(d, _OPSETS[d]) for d in sorted(domains)], ir_version=8)
-    options = ort.SessionOptions()
-    options.log_severity_level = 4
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     input_names, output_names = list(step["inputs"]), list(step["outputs"])
+    session = _session(step["members"], input_names, output_names, weights, decode)
 
     def group_in_onnxruntime(inputs, attrs, ctx):
         return session.run(output_names, dict(zip(input_names, inputs)))

@@ -15,6 +15,8 @@ points of int8 / uint8 only; anything else keeps the two kernels.
 The CPU executor fuses at load (`fuse_fake_quantize`), so plans keep the standard steps.
 """
 
+# ruff: noqa: PLR0124, PLR1730 - `v != v` is the NaN test numba compiles; min()/max() would not keep a NaN
+
 from __future__ import annotations
 
 import numpy as np

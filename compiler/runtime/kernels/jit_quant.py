@@ -7,6 +7,8 @@ The same float32 arithmetic as quant.dynamic_quantize_linear (onnxruntime's): sc
 point saturated, rint rounding half to even. Data with a NaN goes back to the NumPy form.
 """
 
+# ruff: noqa: PLR0124, PLR1730 - `v != v` is the NaN test numba compiles; min()/max() would not keep a NaN
+
 from __future__ import annotations
 
 import numpy as np

@@ -86,19 +86,21 @@ def dynamic_quantize_linear(inputs, attrs, ctx):
     return [y, np.array(scale, dtype=np.float32), np.array(zero_point, dtype=np.uint8)]
 
 
-def _centered(x: np.ndarray, zero_point, axis_for_vector: int | None = None) -> np.ndarray:
-    """x - zero_point as float64: integer-valued, and the products and sums of 8-bit values these
-    ops take stay far below 2^53, so float64 BLAS computes them exactly (NumPy's integer matmul and
-    convolutions have no BLAS path: ResNet-50 in QLinearConv took 4.3 s)."""
-    centered = x.astype(np.float64)
+def _centered(x: np.ndarray, zero_point, axis_for_vector: int | None = None, dtype=np.float64) -> np.ndarray:
+    """x - zero_point as floats holding integers: exact for the 8-bit types these ops take, and
+    float64 keeps their products' sums exact too (far below 2^53), so float BLAS computes integer
+    convolutions exactly (NumPy's integer matmul and convolutions have no BLAS path: ResNet-50 in
+    QLinearConv took 4.3 s). float32 operands suit exact_integer_matmul, which chunks K."""
+    centered = x.astype(dtype)
     if zero_point is None:
         return centered
-    zp = zero_point.astype(np.float64)
+    zp = zero_point.astype(dtype)
     if zp.ndim == 1 and zp.size > 1 and axis_for_vector is not None:
         shape = [1] * x.ndim
         shape[axis_for_vector] = -1
         zp = zp.reshape(shape)
-    return centered - zp
+    centered -= zp
+    return centered
 
 
 EXACT_FLOAT32 = float(1 << 24)  # integers up to this magnitude are exact in float32
@@ -128,20 +130,6 @@ def exact_integer_matmul(a: np.ndarray, b: np.ndarray, b_largest: float | None =
     return total
 
 
-def _centered32(x: np.ndarray, zero_point, axis_for_vector: int) -> np.ndarray:
-    """x - zero_point in float32: exact for the 8-bit types these ops take."""
-    centered = x.astype(np.float32)
-    if zero_point is None:
-        return centered
-    zp = zero_point.astype(np.float32)
-    if zp.ndim == 1 and zp.size > 1:
-        shape = [1] * x.ndim
-        shape[axis_for_vector] = -1
-        zp = zp.reshape(shape)
-    centered -= zp
-    return centered
-
-
 def _weight_side(ctx, b: np.ndarray, zero_point, axis: int) -> tuple[np.ndarray, float]:
     """The B operand centered in float32 and its largest magnitude, kept while the same (constant)
     arrays come back: converting a weight every call cost as much as the product."""
@@ -149,7 +137,7 @@ def _weight_side(ctx, b: np.ndarray, zero_point, axis: int) -> tuple[np.ndarray,
     cached = memo.get("matmul-integer-b") if memo is not None else None
     if cached is not None and cached[0] is b and cached[1] is zero_point:
         return cached[2], cached[3]
-    centered = _centered32(b, zero_point, axis)
+    centered = _centered(b, zero_point, axis, np.float32)
     largest = float(np.abs(centered).max(initial=0.0))
     if memo is not None:
         memo["matmul-integer-b"] = (b, zero_point, centered, largest)
@@ -158,7 +146,7 @@ def _weight_side(ctx, b: np.ndarray, zero_point, axis: int) -> tuple[np.ndarray,
 
 def matmul_integer(inputs, attrs, ctx):
     a, b = inputs[0], inputs[1]
-    a_c = _centered32(a, arg(inputs, 2), a.ndim - 2)  # per-row zero points
+    a_c = _centered(a, arg(inputs, 2), a.ndim - 2, np.float32)  # per-row zero points
     b_c, b_largest = _weight_side(ctx, b, arg(inputs, 3), b.ndim - 1)  # per-column zero points
     return [exact_integer_matmul(a_c, b_c, b_largest).astype(np.int32)]
 
@@ -173,7 +161,7 @@ def conv_integer(inputs, attrs, ctx):
 def qlinear_matmul(inputs, attrs, ctx):
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs[:8]
     b_c, b_largest = _weight_side(ctx, b, b_zp, b.ndim - 1)
-    acc = exact_integer_matmul(_centered32(a, a_zp, a.ndim - 2), b_c, b_largest)
+    acc = exact_integer_matmul(_centered(a, a_zp, a.ndim - 2, np.float32), b_c, b_largest)
     a_factor = _as_float(a_scale).reshape(-1, 1) if a_scale.size > 1 else _as_float(a_scale).reshape(())
     b_factor = _as_float(b_scale).reshape(-1) if b_scale.size > 1 else _as_float(b_scale).reshape(())
     return [_requantize(acc, a_factor, b_factor, y_scale, y_zp)]
