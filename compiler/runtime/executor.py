@@ -13,6 +13,8 @@ this takes them off the per-run path without any shape inference at build time.
 Load-time fusion: without an observer, a convolution whose only reader is an elementwise step with
 scalar operands runs that step as its epilogue, block by block in cache (kernels/conv_epilogue.py),
 and a QuantizeLinear read only by a DequantizeLinear runs with it in one pass (kernels/fake_quant.py).
+Steps the build gave to onnxruntime (`"tactic"`, compiler/tune_vendor.py) run in one-node sessions,
+and runs of them in one session each (runtime/vendor_op.py).
 The plan keeps the steps as built, so device executors and observers see them unchanged.
 
 Buffer donation: a kernel marked `accepts_out` may write its first output into `ctx.out[0]`. When
