@@ -97,6 +97,8 @@ class PrecisionStep:
 def reduce_precision(original: onnx.ModelProto, optimized: onnx.ModelProto, profile, precision: str,
                      settings: PrecisionSettings, log=lambda msg: None) -> PrecisionStep:
     if precision == "fp32":
+        if any(node.op_type == "DequantizeLinear" for node in optimized.graph.node):  # a QDQ model's int8 weights
+            optimized = fold_constant_casts(optimized, ops={"DequantizeLinear"})[0]  # dequantized once (fold_casts.py)
         return PrecisionStep(precision, optimized)
     if precision not in ONE_SHOT_PRECISIONS:
         raise BadInput(f"--precision {precision}: one-shot plans take {', '.join(ONE_SHOT_PRECISIONS)} "

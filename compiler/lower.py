@@ -11,8 +11,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from .errors import BadInput
-from .lower_fold import fold_constant_dequantize
-from .lower_fuse import _subgraph_reads, fuse_program
+from .lower_fuse import fuse_program
 
 ISLAND_OP = "__island__"
 
@@ -105,8 +104,6 @@ def lower_graph(graph: gs.Graph, has_kernel: Callable[[str, str], bool], opset: 
         else:
             pending_island.append(node)
     flush()
-    steps = fold_constant_dequantize(steps, weights, opset if opset is not None else graph.opset,
-                                     {t.name for t in graph.outputs} | _subgraph_reads(graph))
     steps = fuse_program(steps, weights, graph)
     program = Program(steps, weights, [value_info(t) for t in graph.inputs], [value_info(t) for t in graph.outputs],
                       opset if opset is not None else graph.opset, islands)

@@ -7,6 +7,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from infc.compiler.build import sample_run
+from infc.compiler.build_precision import PrecisionSettings, reduce_precision
 from infc.compiler.graph import import_graph
 from infc.compiler.lower import lower_graph
 from infc.compiler.optimize import optimize_model
@@ -43,8 +44,9 @@ def _qdq_conv_model():
 
 
 def _program(model, shape):
-    program = lower_graph(import_graph(optimize_model(model).model), has_kernel)
-    return program
+    """As `infc build` lowers it at fp32: QDQ weights dequantized by the precision step first."""
+    step = reduce_precision(model, optimize_model(model).model, None, "fp32", PrecisionSettings())
+    return lower_graph(import_graph(step.model), has_kernel)
 
 
 def test_qdq_weights_fold_and_the_plan_matches_onnxruntime():

@@ -18,7 +18,6 @@ convolution followed by the elementwise step (a second pass over the output).
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 from typing import Sequence
@@ -30,7 +29,7 @@ from ..runtime.kernels import conv as conv_kernels
 from ..runtime.kernels import conv_taps, depthwise, im2col, jit_conv, kernel_for
 from ..runtime.kernels.common import KernelContext, decode_attrs
 from .config import Config
-from .key import TuningKey, source_hash
+from .key import TuningKey, vendor_source_hash
 from .tuner import Problem
 
 OP = "Conv"
@@ -39,14 +38,9 @@ NATIVE = Config(vendor_op.NATIVE)
 # onnxruntime on one thread: no hand-off to its pool's worker, which costs tens of microseconds a
 # call when the worker sleeps (sessions do not spin, see vendor_op.py)
 CANDIDATES = (VENDOR, Config.of(vendor_op.TACTIC, threads=1), NATIVE)
+# the sources a timing holds for (with onnxruntime's version: key.vendor_source_hash)
+KERNEL_SOURCES = (conv_kernels, conv_taps, depthwise, im2col, jit_conv, vendor_op, Path(__file__))
 LAYOUTS = ("NCHW", "OIHW")
-
-
-def _kernel_sources_hash() -> str:
-    import onnxruntime  # noqa: PLC0415 - the vendor's version is part of what was measured
-
-    native = source_hash(conv_kernels, conv_taps, depthwise, im2col, jit_conv, vendor_op, Path(__file__))
-    return hashlib.sha256(f"{native}|onnxruntime={onnxruntime.__version__}".encode()).hexdigest()[:12]
 
 
 def epilogue_name(attrs: dict, has_bias: bool, has_residual: bool) -> str:
@@ -74,7 +68,7 @@ def conv_key(x_shape: Sequence[int], w_shape: Sequence[int], attrs: dict, has_bi
              *((f"PB{i}", geo.pads_begin[i]) for i in range(spatial)), *((f"PE{i}", geo.pads_end[i]) for i in range(spatial)),
              ("G", int(attrs.get("group", 1)))]
     return TuningKey(OP, tuple(shape), ("float32",) * 2, LAYOUTS, epilogue_name(attrs, has_bias, has_residual) + then,
-                     target, sources or _kernel_sources_hash())
+                     target, sources or vendor_source_hash(*KERNEL_SOURCES))
 
 
 def conv_problem(key: TuningKey, op: str, domain: str, attrs: dict, x_shape, w: np.ndarray, bias: np.ndarray | None,

@@ -9,7 +9,6 @@ run), N, K and the BLAS recipe the native side runs at that M.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 
@@ -19,20 +18,15 @@ from ..runtime import gemm_impls, vendor_op
 from ..runtime.kernels import tuned_gemm
 from ..runtime.kernels.common import KernelContext
 from .config import Config
-from .key import TuningKey, source_hash
+from .key import TuningKey, vendor_source_hash
 from .tuner import Problem
 
 OP = "MatMulStep"
 VENDOR = Config(vendor_op.TACTIC)
 NATIVE = Config(vendor_op.NATIVE)
 CANDIDATES = (VENDOR, Config.of(vendor_op.TACTIC, threads=1), NATIVE)
-
-
-def _sources_hash() -> str:
-    import onnxruntime  # noqa: PLC0415 - the vendor's version is part of what was measured
-
-    native = source_hash(gemm_impls, tuned_gemm, vendor_op, Path(__file__))
-    return hashlib.sha256(f"{native}|onnxruntime={onnxruntime.__version__}".encode()).hexdigest()[:12]
+# the sources a timing holds for (with onnxruntime's version: key.vendor_source_hash)
+KERNEL_SOURCES = (gemm_impls, tuned_gemm, vendor_op, Path(__file__))
 
 
 def native_recipe(attrs: dict, m: int) -> str:
@@ -45,7 +39,7 @@ def native_recipe(attrs: dict, m: int) -> str:
 
 def gemm_step_key(m: int, k: int, n: int, recipe: str, target: str, *, sources: str | None = None) -> TuningKey:
     return TuningKey(OP, (("M", m), ("N", n), ("K", k)), ("float32",) * 3, ("row", "row"),
-                     f"native={recipe.replace('|', '/')}", target, sources or _sources_hash())
+                     f"native={recipe.replace('|', '/')}", target, sources or vendor_source_hash(*KERNEL_SOURCES))
 
 
 def gemm_step_problem(key: TuningKey, step: dict, weights: dict, a_shape, opset: int, *, seed: int = 0) -> Problem:

@@ -7,6 +7,7 @@ kernel's source changes `source_hash` and so invalidates its old measurements.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,3 +69,13 @@ def source_hash(*sources: ModuleType | str | Path) -> str:
         path = Path(source.__file__) if isinstance(source, ModuleType) else Path(source)
         digest.update(path.read_bytes())
     return digest.hexdigest()[:SOURCE_HASH_CHARS]
+
+
+@functools.cache  # keys are made per step and shape: read and hash the files once a process
+def vendor_source_hash(*sources: ModuleType | str | Path) -> str:
+    """source_hash of infc's kernels together with onnxruntime's version: a timing of infc against
+    onnxruntime's kernel (an onnxruntime tactic) holds while neither changes."""
+    import onnxruntime  # noqa: PLC0415 - only builds that time onnxruntime tactics need it
+
+    return hashlib.sha256(f"{source_hash(*sources)}|onnxruntime={onnxruntime.__version__}".encode()).hexdigest()[
+        :SOURCE_HASH_CHARS]

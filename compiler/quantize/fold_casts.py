@@ -1,5 +1,7 @@
 """Fold Cast and DequantizeLinear nodes whose inputs are all constants into fp32 constants, before a
-reduced-precision graph is lowered for the CPU.
+reduced-precision graph is lowered for the CPU; and DequantizeLinear alone before an fp32 one (a
+model another tool quantized to QDQ stores its weights as int8: its plan computes in float32 from
+the dequantized weights, which the tuners then see as constants).
 
 An emulated node reads its weight as `Cast(W_fp16 -> fp32)` and an int8 node as
 `DequantizeLinear(W_int8, scale)`; folded, the GEMM or Conv sees a constant again, so the lowering's
@@ -21,8 +23,8 @@ from .model_parts import drop_unused
 FOLDABLE = {"Cast", "DequantizeLinear"}
 
 
-def fold_constant_casts(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
-    """A copy with the foldable nodes replaced by initializers; and how many of each op."""
+def fold_constant_casts(model: onnx.ModelProto, ops=FOLDABLE) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """A copy with the foldable nodes (of `ops`) replaced by initializers; and how many of each op."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     graph = copy.graph
@@ -30,7 +32,7 @@ def fold_constant_casts(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[s
     opset = next((o.version for o in copy.opset_import if o.domain in ("", "ai.onnx")), 17)
     kept, added, counts = [], [], {}
     for node in graph.node:
-        is_foldable = node.op_type in FOLDABLE and node.domain in ("", "ai.onnx") and len(node.output) == 1
+        is_foldable = node.op_type in ops and node.domain in ("", "ai.onnx") and len(node.output) == 1
         if not is_foldable or not all(not name or name in constants for name in node.input):
             kept.append(node)
             continue

@@ -11,12 +11,24 @@ WINDOWS = [
     {"kernel_shape": [2, 2], "auto_pad": "SAME_LOWER"},
     {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1},
 ]
+# Strides over 1: the compiled kernel's phase split (jit_pool.py), pads one-sided and asymmetric
+STRIDED = [
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},  # ResNet's stem
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 1, 1, 0], "ceil_mode": 1},
+    {"kernel_shape": [2, 3], "strides": [3, 2], "pads": [1, 0, 0, 2]},
+    {"kernel_shape": [3, 2], "strides": [2, 3], "dilations": [2, 2], "pads": [2, 1, 1, 1]},
+    {"kernel_shape": [5, 5], "strides": [2, 2], "pads": [2, 2, 2, 2], "ceil_mode": 1},
+    {"kernel_shape": [3, 3], "strides": [4, 4], "dilations": [1, 3], "ceil_mode": 1},
+    {"kernel_shape": [1, 1], "strides": [2, 2]},
+    {"kernel_shape": [2, 2], "strides": [2, 2]},
+]
 
 
-@pytest.mark.parametrize("attrs", WINDOWS)
-def test_max_pool(attrs, rng, single_node, ort_check):
-    x = rng.standard_normal((2, 3, 9, 8)).astype(F32)
-    ort_check(single_node("MaxPool", {"x": x}, [("y", F32)], attrs, opset=12), {"x": x})
+@pytest.mark.parametrize("attrs", WINDOWS + STRIDED)
+@pytest.mark.parametrize("dtype", [F32, np.float64])
+def test_max_pool(attrs, dtype, rng, single_node, ort_check):
+    x = rng.standard_normal((2, 3, 13, 11)).astype(dtype)
+    ort_check(single_node("MaxPool", {"x": x}, [("y", dtype)], attrs, opset=12), {"x": x})
 
 
 def test_max_pool_dilations_and_indices(rng, single_node, ort_check):
@@ -27,10 +39,11 @@ def test_max_pool_dilations_and_indices(rng, single_node, ort_check):
                           opset=12), {"x": x})
 
 
-@pytest.mark.parametrize("attrs", WINDOWS)
+@pytest.mark.parametrize("attrs", WINDOWS + STRIDED)
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 def test_average_pool(attrs, count_include_pad, rng, single_node, ort_check):
-    x = rng.standard_normal((2, 3, 9, 8)).astype(F32)
+    # onnxruntime has no float64 AveragePool: float64 is checked against the reference fold below
+    x = rng.standard_normal((2, 3, 13, 11)).astype(F32)
     ort_check(single_node("AveragePool", {"x": x}, [("y", F32)], {**attrs, "count_include_pad": count_include_pad},
                           opset=19), {"x": x})
 
@@ -93,16 +106,6 @@ def test_max_pool_large_windows(attrs, rng, single_node, ort_check):
 
 # The compiled 2-D pool splits each plane into stride phases and fills the padding (jit_pool.py):
 # strides 2 to 4, pads on one side only, dilations, the ceil_mode overhang, on odd sizes.
-STRIDED = [
-    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},  # ResNet's stem
-    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 1, 1, 0], "ceil_mode": 1},
-    {"kernel_shape": [2, 3], "strides": [3, 2], "pads": [1, 0, 0, 2]},
-    {"kernel_shape": [3, 2], "strides": [2, 3], "dilations": [2, 2], "pads": [2, 1, 1, 1]},
-    {"kernel_shape": [5, 5], "strides": [2, 2], "pads": [2, 2, 2, 2], "ceil_mode": 1},
-    {"kernel_shape": [3, 3], "strides": [4, 4], "dilations": [1, 3], "ceil_mode": 1},
-    {"kernel_shape": [1, 1], "strides": [2, 2]},
-    {"kernel_shape": [2, 2], "strides": [2, 2]},
-]
 
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
@@ -125,22 +128,6 @@ def test_compiled_pool_matches_numpy_path(op, attrs, rng):
             assert compiled.dtype == dtype
             tolerance = 1e-6 if dtype == F32 else 1e-12  # sums in another order
             np.testing.assert_allclose(compiled, reference, rtol=tolerance, atol=tolerance)
-
-
-@pytest.mark.parametrize("attrs", STRIDED)
-@pytest.mark.parametrize("dtype", [F32, np.float64])
-def test_strided_max_pool(attrs, dtype, rng, single_node, ort_check):
-    x = rng.standard_normal((2, 3, 13, 11)).astype(dtype)
-    ort_check(single_node("MaxPool", {"x": x}, [("y", dtype)], attrs, opset=12), {"x": x})
-
-
-@pytest.mark.parametrize("attrs", STRIDED)
-@pytest.mark.parametrize("count_include_pad", [0, 1])
-def test_strided_average_pool(attrs, count_include_pad, rng, single_node, ort_check):
-    # onnxruntime has no float64 AveragePool: float64 is checked against the reference fold below
-    x = rng.standard_normal((2, 3, 13, 11)).astype(F32)
-    ort_check(single_node("AveragePool", {"x": x}, [("y", F32)], {**attrs, "count_include_pad": count_include_pad},
-                          opset=19), {"x": x})
 
 
 def _reference_pool(x, attrs, is_max: bool, count_include_pad: int) -> np.ndarray:
