@@ -1,7 +1,7 @@
 """The engine cache: built plans stored under a content-addressed key, and every miss explained.
 
 Key = sha256 over the model bytes (external data included), the normalized profile, the build
-options, the target fingerprint and the infc version. Each entry keeps those components beside the
+options, the target fingerprint, the infc version and infc's source (code_digest). Each entry keeps those components beside the
 plan, so a miss can say which one changed since the last build of the same model.
 """
 
@@ -20,7 +20,31 @@ import onnx
 from .atomic import atomic_path, write_text_atomic
 from .target import fingerprint_id
 
-COMPONENTS = ("model", "profile", "options", "target", "infc_version")
+COMPONENTS = ("model", "profile", "options", "target", "infc_version", "infc_code")
+PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the infc package (pyproject maps it to the repo root)
+CODE_FOLDERS = ("compiler", "profiles")  # what a build reads besides the model: its code and default profiles
+
+
+def code_digest() -> str:
+    """sha256 over infc's own source (and onnxruntime's version, which the vendor tactics and islands
+    run): an install from a checkout keeps its version number while the code under it changes, and
+    a plan built by other code is not what this key promises."""
+    if _CODE_DIGEST:
+        return _CODE_DIGEST[0]
+    import onnxruntime  # noqa: PLC0415
+
+    digest = hashlib.sha256(f"onnxruntime={onnxruntime.__version__}".encode())
+    files = [PACKAGE_ROOT / "__init__.py"] + sorted(
+        path for folder in CODE_FOLDERS for path in (PACKAGE_ROOT / folder).rglob("*")
+        if path.suffix in (".py", ".cu", ".cuh", ".yaml") and "__pycache__" not in path.parts)
+    for path in files:
+        digest.update(str(path.relative_to(PACKAGE_ROOT)).encode())
+        digest.update(path.read_bytes() if path.is_file() else b"")
+    _CODE_DIGEST.append(digest.hexdigest())
+    return _CODE_DIGEST[0]
+
+
+_CODE_DIGEST: list[str] = []
 
 
 def default_cache_dir() -> Path:
@@ -65,7 +89,8 @@ class EngineCache:
     def components(self, model_path: Path, profile_digest: str, options: dict, fingerprint: dict, version: str) -> dict:
         return {"model": model_digest(model_path), "profile": profile_digest,
                 "options": hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest(),
-                "target": hashlib.sha256(fingerprint_id(fingerprint).encode()).hexdigest(), "infc_version": version}
+                "target": hashlib.sha256(fingerprint_id(fingerprint).encode()).hexdigest(), "infc_version": version,
+                "infc_code": code_digest()}
 
     @staticmethod
     def key_of(components: dict) -> str:

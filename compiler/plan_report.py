@@ -30,6 +30,7 @@ def plan_report(path: str) -> dict:
         "weights_bytes": sum(_nbytes(w) for w in meta.get("weights", {}).values()),
         "fallback_ops": meta.get("fallback_ops", []), "islands": islands,
         "gpu_host_ops": (meta.get("cuda") or {}).get("host_ops"),  # cuda plans: ops run on the CPU with copies
+        "onnxruntime_tactics": _tactics_summary(meta),
         "precision": meta.get("precision") or {"precision": (meta.get("options") or {}).get("precision", "fp32")},
         "decoder": _decoder_summary(meta),
     }
@@ -51,6 +52,19 @@ def _decoder_summary(meta: dict) -> dict | None:
     return {**{k: decoder.get(k) for k in DECODER_FIELDS}, "chat_template": bool(decoder.get("chat_template")),
             "batch_invariant_gemms": gemms, "float64_gemms": legacy,
             "gemm_invariance": GEMM_INVARIANCE if gemms else "float64 (a plan built before float32 GEMMs)"}
+
+
+def _tactics_summary(meta: dict) -> dict | None:
+    """Which steps the build gave to onnxruntime as the vendor tactic, and the program times that
+    decided it (tune_vendor.confirm_in_context)."""
+    context = meta.get("conv_tactics")
+    if not context:
+        return None
+    in_vendor = [s for s in meta["program"] if s.get("tactic")]
+    return {"num_steps": len(meta["program"]), "num_in_onnxruntime": len(in_vendor),
+            "num_timed": sum(1 for s in in_vendor if s.get("tactic_ratio") is not None),
+            "num_bridges": context.get("num_bridges", 0), "num_sessions": context.get("num_sessions"),
+            "kept": context.get("kept"), "program_ms": context.get("program_ms", {})}
 
 
 def kernel_name(step: dict) -> str:
@@ -103,11 +117,21 @@ def print_plan_report(report: dict, console: Console) -> None:
         console.print(_tuning_table(report["tuning"]))
     if report.get("gpu_host_ops"):
         console.print(f"GPU plan: on the CPU with host copies (no device kernel): {', '.join(report['gpu_host_ops'])}")
+    tactics = report.get("onnxruntime_tactics")
+    if tactics and tactics["num_in_onnxruntime"]:
+        ms = tactics["program_ms"]
+        console.print(f"onnxruntime tactics: {tactics['num_in_onnxruntime']} of {tactics['num_steps']} steps run in onnxruntime "
+                      f"({tactics['num_timed']} timed against infc alone, {tactics['num_bridges']} bridges between them) in "
+                      f"{tactics['num_sessions']} sessions: the program at the opt shapes took "
+                      f"{ms.get(tactics['kept'], float('nan')):.3g} ms so, {ms.get('none', float('nan')):.3g} ms on infc's kernels alone")
+    elif tactics:
+        console.print(f"onnxruntime tactics: none kept (no subset beat infc's kernels in context: "
+                      + ", ".join(f"{k} {v:.3g} ms" for k, v in tactics["program_ms"].items()) + ")")
     if report["islands"]:
         for island in report["islands"]:
             console.print(f"onnxruntime island: {', '.join(island['ops'])} ({len(island['inputs'])} in, {len(island['outputs'])} out)")
     else:
-        console.print("no onnxruntime islands: every op runs on a native kernel")
+        console.print("no onnxruntime islands: every op has a native kernel")
     print_precision(report["precision"], console)
 
 

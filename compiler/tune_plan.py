@@ -74,8 +74,9 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
     spent = sum(r.time_s for r in reports)
     if not options.allow_fallback:  # --no-fallback: nothing runs in onnxruntime, tactics included
         return _tuning(table, reports, {})
+    shapes_by_level = _with_graph_inputs(program, shapes_by_level, profile)
     conv_rows, conv_report = tune_vendor_tactics(
-        program, _with_graph_inputs(program, shapes_by_level, profile), target, cache=cache, show_progress=options.show_progress,
+        program, shapes_by_level, target, cache=cache, show_progress=options.show_progress,
         budget_s=None if profile.budget_s is None else max(profile.budget_s - spent, 0.0))
     table += conv_rows
     reports += [conv_report] if conv_report else []
@@ -84,9 +85,10 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
         if feeds is None:
             rows = gather_table_rows(program.steps, {n: list(w.shape) for n, w in program.weights.items()})
             feeds = random_inputs(program.inputs, profile.shapes("opt"), rows, seed=1)
-        context = confirm_in_context(program, feeds)
+        context = confirm_in_context(program, feeds, shapes_by_level=shapes_by_level)
         timed = ", ".join(f"{label} {ms:.3g} ms" for label, ms in context["program_ms"].items())
-        log(f"onnxruntime tactics: {context['num_kept']} of {context['num_marked']} convolution and GEMM steps run in "
+        log(f"onnxruntime tactics: {context['num_kept']} of {context['num_marked']} convolution and GEMM steps"
+            f"{' and ' + str(context['num_bridges']) + ' steps between them' if context['num_bridges'] else ''} run in "
             f"onnxruntime, in {context['num_sessions']} sessions (the program at the opt shapes with the steps whose time "
             f"alone, onnxruntime's over infc's, is: {timed})")
     return _tuning(table, reports, context)

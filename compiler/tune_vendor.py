@@ -28,6 +28,7 @@ from .lower import Program
 from .runtime.kernels.common import decode_attrs
 from .runtime.kernels.conv_epilogue import epilogue_pairs
 from .runtime.vendor_op import TACTIC, is_conv_step
+from .tune_bridge import bridge_candidates, input_dtypes, with_bridges
 
 LEVELS = ("opt", "min", "max")  # opt first: it breaks ties
 CONFIRM_BUDGET_S = 1.0  # per program variant, for the in-context check
@@ -36,7 +37,7 @@ CONFIRM_MARGIN = 0.03  # a marked program must be this much faster than the unma
 # Subsets of the marks tried in context: onnxruntime's time alone over infc's at most this (a step
 # slower alone can pay in a run of them: one session, no layout change between them)
 TIERS = (0.5, 0.75, 1.0, 1.5, math.inf)
-TACTIC_FIELDS = ("tactic", "tactic_threads", "tactic_ratio", "tactic_group")
+TACTIC_FIELDS = ("tactic", "tactic_threads", "tactic_ratio", "tactic_group", "tactic_dtypes")
 # Smaller steps are not timed alone (a session call costs ~30 us, about all of their time): they are
 # marked untimed and run in onnxruntime only in the "all" subset, inside runs of other marked steps.
 MIN_MACS = 1 << 20
@@ -173,32 +174,53 @@ def _mark(step: dict, results: list) -> None:
     step["tactic_ratio"] = round(ratio, 3)
 
 
-def confirm_in_context(program: Program, feeds: dict, *, budget_s: float = CONFIRM_BUDGET_S, clock=time.perf_counter) -> dict:
+def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict | None = None,
+                       budget_s: float = CONFIRM_BUDGET_S, clock=time.perf_counter) -> dict:
     """Times the program without its tactic marks and with nested subsets of them (the marks whose
-    onnxruntime time was at most each TIERS fraction of infc's), interleaved; keeps the fastest
-    subset if it beats the unmarked program by CONFIRM_MARGIN, else drops every mark. Returns what
-    was measured (for the build report)."""
+    onnxruntime time was at most each TIERS fraction of infc's), each also with the bridges that
+    join its runs (tune_bridge.py; `shapes_by_level` says which steps may), interleaved; keeps the
+    fastest subset if it beats the unmarked program by CONFIRM_MARGIN, else drops every mark.
+    Returns what was measured (for the build report)."""
     from .runtime.executor import Executor  # noqa: PLC0415
 
     marked = {index: step for index, step in enumerate(program.steps) if step.get("tactic")}
     if not marked:
         return {}
-    subsets = {"none": set()}
+    bridges = bridge_candidates(program, shapes_by_level or {})
+    subsets = {"none": frozenset()}
     for tier in TIERS:
         chosen = frozenset(i for i, step in marked.items() if _ratio(step) <= tier)
-        if chosen and chosen not in subsets.values():
-            subsets[f"ratio<={tier:g}" if math.isfinite(tier) else "all"] = chosen
+        label = f"ratio<={tier:g}" if math.isfinite(tier) else "all"
+        for keep, name in ((chosen, label), (with_bridges(len(program.steps), chosen, bridges), f"{label}+bridges")):
+            if keep and keep not in subsets.values():
+                subsets[name] = keep
     names = [o["name"] for o in program.outputs]
 
+    dtypes = {index: input_dtypes(program.steps[index], shapes_by_level or {}, program.weights) for index in bridges}
+
     def executor(keep):
-        steps = _with_marks(program.steps, keep)
+        steps = _with_marks(program.steps, keep, dtypes)
         return Executor(steps, program.weights, program.opset, program.islands, output_names=names)
 
-    sides = {label: executor(keep) for label, keep in subsets.items()}
+    sides, wrong = {}, []
+    for label, keep in subsets.items():
+        try:
+            sides[label] = executor(keep)
+        except Exception:  # noqa: BLE001 - onnxruntime refused a session (a bridge it cannot run): not a variant
+            if label == "none":
+                raise
+            wrong.append(label)
     reference = sides["none"].run(feeds)  # also the warm-up of compiled kernels and sessions
-    wrong = [label for label, run in sides.items() if label != "none" and not _agrees(run.run(feeds), reference, names)]
-    for label in wrong:  # a vendor step untimed alone was never checked against float64: this is its check
-        del sides[label]
+    for label, run in list(sides.items()):
+        if label == "none":
+            continue
+        try:
+            agrees = _agrees(run.run(feeds), reference, names)
+        except Exception:  # noqa: BLE001 - a session that fails at run time is not a variant either
+            agrees = False
+        if not agrees:  # a vendor step untimed alone was never checked against float64: this is its check
+            wrong.append(label)
+            del sides[label]
     times: dict[str, list[float]] = {label: [] for label in sides}
     deadline = clock() + budget_s * len(sides)
     while len(times["none"]) < CONFIRM_MIN_RUNS or (clock() < deadline and len(times["none"]) < 200):
@@ -210,9 +232,11 @@ def confirm_in_context(program: Program, feeds: dict, *, budget_s: float = CONFI
     best = min(medians, key=medians.get)
     if medians[best] >= medians["none"] * (1.0 - CONFIRM_MARGIN):
         best = "none"
-    program.steps[:] = _with_marks(program.steps, subsets[best])
+    program.steps[:] = _with_marks(program.steps, subsets[best], dtypes)
     groups = {step["tactic_group"] for step in program.steps if "tactic_group" in step}
-    return {"num_marked": len(marked), "num_kept": len(subsets[best]), "kept": best, "rejected_wrong": wrong,
+    num_bridges = sum(1 for index in subsets[best] if index not in marked)
+    return {"num_marked": len(marked), "num_kept": len(subsets[best]) - num_bridges, "num_bridges": num_bridges,
+            "kept": best, "rejected_wrong": wrong,
             "num_sessions": len(
                 [s for s in program.steps if s.get("tactic") and "tactic_group" not in s]) + len(groups),
             "program_ms": {label: round(ms, 4) for label, ms in medians.items()}, "num_runs": len(times["none"])}
@@ -241,15 +265,19 @@ def _agrees(outputs: dict, reference: dict, names: list[str]) -> bool:
     return True
 
 
-def _with_marks(steps: list[dict], keep) -> list[dict]:
-    """Copies of the steps with the marks of those in `keep` only, and each run of consecutive kept
-    steps grouped into one session (runtime/vendor_op.py: onnxruntime keeps its blocked layout
-    between them)."""
+def _with_marks(steps: list[dict], keep, dtypes: dict | None = None) -> list[dict]:
+    """Copies of the steps with the marks of those in `keep` only (a bridge in `keep` gets one, and
+    `dtypes[index]`, its inputs that are not float32), and each run of consecutive kept steps
+    grouped into one session (runtime/vendor_op.py: onnxruntime keeps its blocked layout between them)."""
     marked = []
     for index, step in enumerate(steps):
         plain = {k: v for k, v in step.items() if k not in TACTIC_FIELDS}
         if index in keep:
             plain.update({k: step[k] for k in TACTIC_FIELDS if k in step and k != "tactic_group"})
+            if "tactic" not in plain:  # a bridge (tune_bridge.py): never timed alone
+                plain["tactic"] = TACTIC
+                if (dtypes or {}).get(index):
+                    plain["tactic_dtypes"] = dtypes[index]
             previous = marked[-1] if marked else None
             if previous is not None and previous.get("tactic") and index - 1 in keep:
                 plain["tactic_group"] = previous.setdefault("tactic_group", index - 1)

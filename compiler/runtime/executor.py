@@ -46,7 +46,7 @@ from .kernels import kernel_for
 from .kernels.common import KernelContext, decode_attrs
 from .kernels.conv_epilogue import fuse_conv_epilogues
 from .kernels.fake_quant import fuse_fake_quantize
-from .vendor_op import GROUP_OP, TACTIC, group_runner, group_tactic_steps, is_vendor_step, vendor_runner
+from .vendor_op import GROUP_OP, TACTIC, group_runner, group_tactic_steps, is_bridge_step, is_vendor_step, vendor_runner
 
 ISLAND_OP = "__island__"
 SHAPE_SOURCES = {("", "Shape"), ("", "Size")}  # outputs depend on the input's shape only
@@ -118,13 +118,13 @@ class Executor:
             return _Step(_island_runner(islands[section], inputs, outputs), {}, KernelContext(self.opset),
                          inputs, outputs, label, (domain, ISLAND_OP))
         if step["op"] == GROUP_OP:
-            return _Step(group_runner(step, self._weights, decode_attrs), {}, KernelContext(self.opset), inputs, outputs,
+            return _Step(group_runner(step, self._weights, decode_attrs, self.opset), {}, KernelContext(self.opset), inputs, outputs,
                          f"{len(step['members'])} steps in one onnxruntime session ({label})", (domain, GROUP_OP))
         kernel = kernel_for(domain, step["op"])
         if kernel is None:
             raise BadInput(f"no runtime kernel for {label}")
         attrs = decode_attrs(step.get("attrs") or {})
-        if step.get("tactic") == TACTIC and is_vendor_step(step) and self._observer is None:
+        if step.get("tactic") == TACTIC and is_vendor_step(step) and not is_bridge_step(step) and self._observer is None:
             threads = step.get("tactic_threads")
             kernel = vendor_runner(step["op"], domain, attrs, list(inputs),
                                    {name: self._weights[name] for name in inputs if name in self._weights}, threads)

@@ -36,13 +36,53 @@ VENDOR_FORMS = {
 CONV_STEPS = {("", "Conv"), ("com.microsoft", "FusedConv")}
 _OPSETS = {"": 17, "com.microsoft": 1}  # Conv and MatMul are unchanged since opset 13; FusedConv is version 1
 
+# Bridges: steps that are ONNX (or onnxruntime contrib) nodes as the model had them, which infc's
+# kernels run with the standard's meaning, so onnxruntime can run them too, as themselves. They are
+# never timed alone: a bridge joins a run of tactic steps (an activation, a pooling, a LayerNorm
+# between two convolutions or GEMMs) so that the run stays one session in onnxruntime's layout
+# (compiler/tune_bridge.py decides which, in context). A group holding bridges runs at the model's
+# opset, since their meaning can depend on it.
+BRIDGE_OPS = frozenset(
+    [("", op) for op in (
+        "Abs", "Add", "And", "Cast", "Equal", "Gather", "Greater", "IsNaN", "Less", "Not", "Or", "Where", "AveragePool", "BatchNormalization", "Clip", "Concat", "DepthToSpace", "Div", "Elu", "Erf",
+        "Exp", "Expand", "Flatten", "Gelu", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid", "HardSwish",
+        "Identity", "InstanceNormalization", "LayerNormalization", "LeakyRelu", "Log", "MatMul", "Max", "MaxPool",
+        "Mean", "Min", "Mul", "Neg", "Pad", "Pow", "PRelu", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceSum",
+        "Relu", "Reshape", "Resize", "Selu", "Sigmoid", "SimplifiedLayerNormalization", "Slice", "Softmax", "Softplus", "SpaceToDepth", "Split",
+        "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Tile", "Transpose", "Unsqueeze")]
+    + [("com.microsoft", op) for op in (
+        "BiasGelu", "FastGelu", "FusedGemm", "FusedMatMul", "Gelu", "MultiHeadAttention", "QuickGelu",
+        "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")])
+CHAIN = ("infc.cpu", "ElementwiseChain")  # bridges as its ops (lowering fused them from the model's nodes)
+
 
 def is_conv_step(step: dict) -> bool:
     return ((step.get("domain") or ""), step["op"]) in CONV_STEPS
 
 
 def is_vendor_step(step: dict) -> bool:
-    return ((step.get("domain") or ""), step["op"]) in VENDOR_FORMS
+    """A step onnxruntime can run when the build marked it: timed (VENDOR_FORMS) or a bridge."""
+    key = ((step.get("domain") or ""), step["op"])
+    return key in VENDOR_FORMS or key in BRIDGE_OPS or key == CHAIN
+
+
+def is_bridge_step(step: dict) -> bool:
+    key = ((step.get("domain") or ""), step["op"])
+    return (key in BRIDGE_OPS or key == CHAIN) and key not in VENDOR_FORMS
+
+
+def bridge_nodes(step: dict) -> list[dict]:
+    """The ONNX nodes a bridge step stands for ({"op", "domain", "attrs"}): itself, or a chain's ops."""
+    if ((step.get("domain") or ""), step["op"]) == CHAIN:
+        return [{"op": op["op"], "domain": op.get("domain") or "", "attrs": op.get("attrs") or {}}
+                for op in step["attrs"]["ops"]]
+    return [step]
+
+
+def _form(step: dict) -> tuple:
+    """(onnxruntime's domain, op, how many of the step's inputs it reads, keeps attributes)."""
+    key = ((step.get("domain") or ""), step["op"])
+    return VENDOR_FORMS.get(key) or (key[0], key[1], None, True)
 
 
 def _attr(value):
@@ -69,25 +109,29 @@ def vendor_runner(step_op: str, step_domain: str, attrs: dict, input_names: list
 
 
 def _session(members: list[dict], input_names: list[str], output_names: list[str], weights: dict, decode,
-             threads: int | None = None):
-    """One onnxruntime session over the members' onnxruntime forms (VENDOR_FORMS); the inputs they
-    read from `weights` are its initializers. `decode` turns a member's attributes into values."""
+             threads: int | None = None, opset: int | None = None):
+    """One onnxruntime session over the members' onnxruntime forms (VENDOR_FORMS, or a bridge as
+    itself); the inputs they read from `weights` are its initializers. `decode` turns a member's
+    attributes into values; `opset`: the model's, needed when a bridge is among the members. Inputs
+    are float32 but for those a bridge lists in its "tactic_dtypes" (the build saw them)."""
     import onnxruntime as ort  # noqa: PLC0415 - only plans with this tactic need it
     from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415
 
-    nodes, constants = [], {}
+    nodes, constants, dtypes = [], {}, {}
     for member in members:
-        domain, op, _, keeps_attrs = VENDOR_FORMS[((member.get("domain") or ""), member["op"])]
+        dtypes.update(member.get("tactic_dtypes") or {})
         names = [name or "" for name in member["inputs"][:_num_read(member)]]
         constants.update({name: weights[name] for name in names if name in weights})
-        attrs = {k: _attr(v) for k, v in decode(member.get("attrs") or {}).items()} if keeps_attrs else {}
-        nodes.append(helper.make_node(op, names, list(member["outputs"]), domain=domain, **attrs))
+        nodes += _onnx_nodes(member, names, decode)
     graph = helper.make_graph(
-        nodes, "vendor", [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in input_names],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in output_names],
+        nodes, "vendor",
+        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtypes.get(name, "float32"))), None)
+         for name in input_names],
+        [helper.make_empty_tensor_value_info(name) for name in output_names],  # onnxruntime infers their types
         [numpy_helper.from_array(np.ascontiguousarray(value), name) for name, value in constants.items()])
     domains = sorted({node.domain for node in nodes if node.domain})
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSETS[""])]
+    bridged = any(is_bridge_step(member) for member in members)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", int(opset) if bridged else _OPSETS[""])]
                               + [helper.make_opsetid(d, _OPSETS[d]) for d in domains], ir_version=8)
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failure surfaces as the step's one-line error
@@ -95,6 +139,26 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
     if threads:
         options.intra_op_num_threads = int(threads)
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _onnx_nodes(member: dict, names: list[str], decode) -> list:
+    """The member's onnxruntime form as ONNX nodes; an ElementwiseChain is its ops, one node each,
+    their intermediate values named after the chain's output."""
+    from onnx import helper  # noqa: PLC0415
+
+    key = ((member.get("domain") or ""), member["op"])
+    if key != CHAIN:
+        domain, op, _, keeps_attrs = _form(member)
+        attrs = {k: _attr(v) for k, v in decode(member.get("attrs") or {}).items()} if keeps_attrs else {}
+        return [helper.make_node(op, names, list(member["outputs"]), domain=domain, **attrs)]
+    ops, out = member["attrs"]["ops"], member["outputs"][0]
+    results = [f"{out}::chain.{k}" for k in range(len(ops) - 1)] + [out]
+    nodes = []
+    for op, result in zip(ops, results):
+        args = ["" if arg is None else names[arg] if arg >= 0 else results[-1 - arg] for arg in op["args"]]
+        attrs = {k: _attr(v) for k, v in decode(op.get("attrs") or {}).items()}
+        nodes.append(helper.make_node(op["op"], args, [result], domain=op.get("domain") or "", **attrs))
+    return nodes
 
 
 # Runs of consecutive tactic steps (a ResNet block's convolutions, a MobileNet's whole body) are one
@@ -136,15 +200,16 @@ def group_tactic_steps(steps: list[dict], weights: dict, keep: set[str]) -> list
 
 
 def _num_read(step: dict) -> int:
-    count = VENDOR_FORMS[((step.get("domain") or ""), step["op"])][2]
+    count = _form(step)[2]
     return len(step["inputs"]) if count is None else count
 
 
-def group_runner(step: dict, weights: dict, decode) -> Callable:
+def group_runner(step: dict, weights: dict, decode, opset: int) -> Callable:
     """A kernel (inputs, attrs, ctx) -> outputs running a GROUP_OP step's members in one session;
-    `decode` turns a member's JSON attributes into values (kernels.common.decode_attrs)."""
+    `decode` turns a member's JSON attributes into values (kernels.common.decode_attrs); `opset`:
+    the model's."""
     input_names, output_names = list(step["inputs"]), list(step["outputs"])
-    session = _session(step["members"], input_names, output_names, weights, decode)
+    session = _session(step["members"], input_names, output_names, weights, decode, opset=opset)
 
     def group_in_onnxruntime(inputs, attrs, ctx):
         return session.run(output_names, dict(zip(input_names, inputs)))

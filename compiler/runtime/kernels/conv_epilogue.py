@@ -167,6 +167,8 @@ def epilogue_pairs(steps: list[dict], weights: dict, keep: set[str]) -> dict[int
         if len(readers.get(out, [])) != 1 or readers[out][0] in taken:
             continue
         reader = readers[out][0]
+        if steps[reader].get("tactic"):
+            continue  # a bridge of an onnxruntime run (runtime/vendor_op.py): the run keeps it
         fused = _merge(step, steps[reader], out, weights)
         if fused is not None:  # runs where the convolution ran: its reader's other inputs are weights
             pairs[index] = (reader, fused)

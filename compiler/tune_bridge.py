@@ -1,0 +1,87 @@
+"""Bridges: the steps between onnxruntime tactic steps that may join their session.
+
+A run of convolutions or GEMMs the build gave to onnxruntime (tune_vendor.py) is one session only
+while nothing else sits between them; an EfficientNet's SiLU after each convolution, a pooling or a
+LayerNorm splits the run, and every split costs onnxruntime a layout change back from its blocked
+NCHWc form and a session call. A bridge is a step that onnxruntime can run as it stands (an ONNX or
+onnxruntime contrib node with the standard's meaning, runtime/vendor_op.BRIDGE_OPS); it joins a run
+only where that run holds a marked step, and only in a program variant the in-context check
+(tune_vendor.confirm_in_context) measured faster and found to give the same outputs.
+
+A step may bridge when onnxruntime's own schema registry knows its op at the model's opset with
+every attribute it carries (so the session will load it as the model had it) and every value it
+reads or writes, other than weights, has one of DTYPES at each profile level (the build records
+the dtypes of those that are not float32 with the step, for the session's inputs).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from .lower import Program
+
+# What a bridge may read and write (weights aside): the masks and indices between a transformer's
+# GEMMs (a NaN guard's IsNaN and Where, an embedding's Gather) as well as float32 data
+DTYPES = ("float32", "bool", "int64", "int32")
+from .runtime.vendor_op import bridge_nodes, is_bridge_step
+
+
+@functools.cache
+def _schemas() -> dict[tuple[str, str], list[tuple[int, frozenset]]]:
+    """(domain, op) -> [(since_version, attribute names)] from onnxruntime's registry."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c  # noqa: PLC0415 - only CPU builds with tactics need it
+
+    table: dict[tuple[str, str], list[tuple[int, frozenset]]] = {}
+    for schema in ort_c.get_all_operator_schema():
+        if not schema.deprecated:
+            table.setdefault((schema.domain, schema.name), []).append((int(schema.since_version), frozenset(schema.attributes)))
+    return table
+
+
+def _known_to_onnxruntime(step: dict, opset: int) -> bool:
+    for node in bridge_nodes(step):
+        domain = node.get("domain") or ""
+        versions = [v for v in _schemas().get((domain, node["op"]), []) if v[0] <= (opset if domain == "" else 1)]
+        if not versions or not set(node.get("attrs") or {}) <= max(versions, key=lambda v: v[0])[1]:
+            return False
+    return True
+
+
+def bridge_candidates(program: Program, shapes_by_level: dict) -> set[int]:
+    """Indices of the steps that may bridge runs of tactic steps."""
+    found = set()
+    for index, step in enumerate(program.steps):
+        if step.get("tactic") or not is_bridge_step(step) or not _known_to_onnxruntime(step, program.opset):
+            continue
+        values = [name for name in step["inputs"] if name and name not in program.weights]
+        if not values:
+            continue  # constant: the fold passes left it for a reason
+        values += [name for name in step["outputs"] if name]
+        if shapes_by_level and all(
+                all((seen.get(name) or (None, None))[1] in DTYPES for name in values)
+                for seen in shapes_by_level.values()):
+            found.add(index)
+    return found
+
+
+def input_dtypes(step: dict, shapes_by_level: dict, weights: dict) -> dict[str, str]:
+    """The step's inputs (not weights) that are not float32, with their dtypes: a session that the
+    step starts reads them as such ("tactic_dtypes", runtime/vendor_op.py)."""
+    seen = shapes_by_level.get("opt") or next(iter(shapes_by_level.values()), {})
+    return {name: seen[name][1] for name in step["inputs"]
+            if name and name not in weights and name in seen and seen[name][1] != "float32"}
+
+
+def with_bridges(num_steps: int, keep: frozenset, bridges: set[int]) -> frozenset:
+    """`keep` and the bridges that sit in a run of consecutive kept-or-bridge steps holding a kept
+    step (a run of bridges alone stays infc's)."""
+    chosen, run, anchored = set(keep), [], False
+    for index in range(num_steps + 1):
+        if index < num_steps and (index in keep or index in bridges):
+            run.append(index)
+            anchored |= index in keep
+            continue
+        if anchored:
+            chosen.update(i for i in run if i in bridges)
+        run, anchored = [], False
+    return frozenset(chosen)

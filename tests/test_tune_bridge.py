@@ -1,0 +1,141 @@
+"""Bridges (compiler/tune_bridge.py): the steps between onnxruntime tactic steps join their
+session, so a run of convolutions stays one session across an activation, an elementwise chain, a
+NaN guard (bool values inside the session) and a pooling; the program still matches onnxruntime on
+the original model, at the model's own opset."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from infc.compiler import tune_vendor
+from infc.compiler.build import sample_run
+from infc.compiler.graph import import_graph
+from infc.compiler.lower import lower_graph
+from infc.compiler.optimize import optimize_model
+from infc.compiler.runtime.executor import Executor
+from infc.compiler.runtime.kernels import has_kernel
+from infc.compiler.runtime.vendor_op import TACTIC, is_vendor_step
+from infc.compiler.tune_bridge import bridge_candidates, input_dtypes, with_bridges
+from infc.compiler.tune_vendor import tune_vendor_tactics
+from infc.compiler.verify import compare_outputs, ort_session
+
+SHAPES = {"min": (1, 3, 16, 16), "opt": (2, 3, 16, 16), "max": (3, 3, 16, 16)}
+BRIDGED = ["QuickGelu", "ElementwiseChain", "IsNaN", "Where", "GlobalAveragePool", "Squeeze"]
+
+
+def _model(opset: int) -> onnx.ModelProto:
+    """Conv, SiLU, depthwise Conv, x*x+b then Tanh (a chain), a NaN guard, 1x1 Conv, pooling and a
+    Squeeze whose axes are an attribute before opset 13 and an input since."""
+    rng = np.random.default_rng(0)
+    inits = []
+
+    def w(*shape, dtype=np.float32):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(dtype), f"w{len(inits)}"))
+        return inits[-1].name
+
+    squeeze = (helper.make_node("Squeeze", ["p"], ["y"], axes=[2, 3]) if opset < 13 else
+               helper.make_node("Squeeze", ["p", "axes"], ["y"]))
+    if opset >= 13:
+        inits.append(numpy_helper.from_array(np.array([2, 3], np.int64), "axes"))
+    nodes = [
+        helper.make_node("Conv", ["x", w(8, 3, 3, 3), w(8)], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c1"], ["s1"]),
+        helper.make_node("Mul", ["c1", "s1"], ["a1"]),
+        helper.make_node("Conv", ["a1", w(8, 1, 3, 3)], ["c2"], pads=[1, 1, 1, 1], group=8),
+        helper.make_node("Mul", ["c2", "c2"], ["m2"]),
+        helper.make_node("Add", ["m2", w(1, 8, 1, 1)], ["b2"]),
+        helper.make_node("Tanh", ["b2"], ["t2"]),
+        helper.make_node("IsNaN", ["t2"], ["nan"]),
+        helper.make_node("Where", ["nan", w(1), "t2"], ["g2"]),
+        helper.make_node("Conv", ["g2", w(16, 8, 1, 1), w(16)], ["c3"]),
+        helper.make_node("GlobalAveragePool", ["c3"], ["p"]),
+        squeeze,
+    ]
+    graph = helper.make_graph(nodes, "bridges", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def _program(opset: int):
+    model = _model(opset)
+    program = lower_graph(import_graph(optimize_model(model).model), has_kernel)
+    seen = {}
+    for level, shape in SHAPES.items():
+        feeds = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+        _, shapes = sample_run(program, feeds)
+        seen[level] = {"x": (shape, "float32"), **shapes}
+    return model, program, seen
+
+
+@pytest.fixture(autouse=True)
+def time_every_convolution(monkeypatch):
+    monkeypatch.setattr(tune_vendor, "MIN_MACS", 0)  # the model's convolutions are all small
+
+
+def _marked(program, seen):
+    tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
+                        bench_fn=lambda run: [1e-3])  # ties: onnxruntime keeps every convolution
+    return frozenset(i for i, step in enumerate(program.steps) if step.get("tactic"))
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_bridges_make_the_whole_program_one_session_that_matches_onnxruntime(opset):
+    model, program, seen = _program(opset)
+    marked = _marked(program, seen)
+    assert sorted(program.steps[i]["op"] for i in marked) == ["Conv", "Conv", "Conv"]
+    bridges = bridge_candidates(program, seen)
+    assert sorted(program.steps[i]["op"] for i in bridges) == sorted(BRIDGED)
+    keep = with_bridges(len(program.steps), marked, bridges)
+    assert keep == marked | bridges
+    dtypes = {i: input_dtypes(program.steps[i], seen, program.weights) for i in bridges}
+    steps = tune_vendor._with_marks(program.steps, keep, dtypes)
+    assert [s.get("tactic_dtypes") for s in steps if s["op"] == "Where"] == [{"nan": "bool"}]
+    names = [o["name"] for o in program.outputs]
+    executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
+    assert len(executor._steps) == 1
+    assert executor._steps[0].label.startswith(f"{len(program.steps)} steps in one onnxruntime session")
+    feeds = {"x": np.random.default_rng(7).standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    actual = [executor.run(feeds)[n] for n in names]
+    expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
+    for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
+        assert diff.max_rel_diff < 1e-5, diff
+
+
+def test_the_context_check_times_each_subset_with_its_bridges():
+    _, program, seen = _program(17)
+    _marked(program, seen)
+    feeds = {"x": np.random.default_rng(3).standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    summary = tune_vendor.confirm_in_context(program, feeds, shapes_by_level=seen, budget_s=0.0)
+    assert "ratio<=1+bridges" in summary["program_ms"] and not summary["rejected_wrong"]
+    kept_bridges = [s for s in program.steps if s.get("tactic") and s["op"] in BRIDGED]
+    assert summary["num_bridges"] == len(kept_bridges) in (0, len(BRIDGED))
+    assert all(s.get("tactic_ratio") is None for s in kept_bridges)
+
+
+def test_steps_onnxruntime_would_read_otherwise_do_not_bridge():
+    _, program, seen = _program(17)
+    pool = next(s for s in program.steps if s["op"] == "GlobalAveragePool")
+    pool["attrs"] = {**(pool.get("attrs") or {}), "infc_note": 1}  # an attribute onnxruntime's schema lacks
+    tanh_chain = next(s for s in program.steps if s["op"] == "ElementwiseChain")
+    for level in seen.values():  # a value of a dtype the session does not take
+        shape, _ = level[tanh_chain["outputs"][0]]
+        level[tanh_chain["outputs"][0]] = (shape, "float16")
+    ops = sorted(program.steps[i]["op"] for i in bridge_candidates(program, seen))
+    assert ops == sorted(set(BRIDGED) - {"GlobalAveragePool", "ElementwiseChain", "IsNaN", "Where"})
+
+
+def test_only_runs_that_hold_a_tactic_step_take_bridges():
+    assert with_bridges(8, frozenset({1, 5}), {0, 2, 3, 6, 7}) == {0, 1, 2, 3, 5, 6, 7}
+    assert with_bridges(6, frozenset({1}), {3, 4}) == {1}  # step 2 is infc's: 3 and 4 would be a session alone
+    assert with_bridges(3, frozenset(), {0, 1, 2}) == frozenset()
+
+
+def test_a_lone_bridge_runs_on_infc():
+    _, program, _ = _program(17)
+    steps = [dict(s) for s in program.steps]
+    pool = next(s for s in steps if s["op"] == "GlobalAveragePool")
+    pool["tactic"] = TACTIC
+    assert is_vendor_step(pool)
+    executor = Executor(steps, program.weights, program.opset, program.islands)
+    assert not any("onnxruntime" in s.label for s in executor._steps)
