@@ -139,3 +139,23 @@ def test_a_lone_bridge_runs_on_infc():
     assert is_vendor_step(pool)
     executor = Executor(steps, program.weights, program.opset, program.islands)
     assert not any("onnxruntime" in s.label for s in executor._steps)
+
+
+def test_a_session_onnxruntime_refuses_at_load_runs_on_infc_kernels(capsys):
+    """A plan moved to an onnxruntime that will not load one of its tactic sessions still runs, right."""
+    model, program, seen = _program(17)
+    marked = _marked(program, seen)
+    keep = with_bridges(len(program.steps), marked, bridge_candidates(program, seen))
+    steps = tune_vendor._with_marks(program.steps, keep, {})
+    pool = next(s for s in steps if s["op"] == "GlobalAveragePool")
+    pool["attrs"] = {**(pool.get("attrs") or {}), "infc_note": 1}  # onnxruntime rejects the attribute
+    names = [o["name"] for o in program.outputs]
+    executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
+    assert len(executor.notes) == 1 and "does not load here" in executor.notes[0]
+    assert "warning: onnxruntime tactic" in capsys.readouterr().err
+    assert not any("onnxruntime" in s.label for s in executor._steps)
+    feeds = {"x": np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    actual = [executor.run(feeds)[n] for n in names]
+    expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
+    for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
+        assert diff.max_rel_diff < 1e-5, diff

@@ -100,12 +100,30 @@ class Executor:
             program_steps = fuse_conv_epilogues(program_steps, self._weights, set(self.output_names))
             program_steps = group_tactic_steps(program_steps, self._weights, set(self.output_names))
         self.input_names = _graph_inputs(program_steps, self._weights)
-        self._steps = [self._prepare(step, islands or {}) for step in program_steps]
+        self.notes: list[str] = []  # what did not run as planned (a tactic session that did not load)
+        self._steps = [prepared for step in program_steps for prepared in self._prepare_or_own(step, islands or {})]
         self._assign_frees()
         self._classify()
         self._assign_slots()
         self._states: dict[tuple, int] = {}
         self._current: _Step | None = None  # the step running (to name it when it fails)
+
+    def _prepare_or_own(self, step: dict, islands: dict[str, bytes]) -> list[_Step]:
+        """The step prepared; a step (or a run of them) the build gave to onnxruntime whose session
+        this onnxruntime will not load (another version than the build's, say) runs on infc's
+        kernels instead: slower than planned, never wrong or refused."""
+        if not step.get("tactic") and step["op"] != GROUP_OP:
+            return [self._prepare(step, islands)]
+        try:
+            return [self._prepare(step, islands)]
+        except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common base
+            members = step.get("members") or [step]
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+            self.notes.append(f"onnxruntime tactic '{step.get('name', step['op'])}' ({len(members)} steps): its session "
+                              f"does not load here ({reason}); infc's kernels run it")
+            print(f"warning: {self.notes[-1]}", file=sys.stderr)
+            plain = [{k: v for k, v in member.items() if not k.startswith("tactic")} for member in members]
+            return [self._prepare(member, islands) for member in plain]
 
     def _prepare(self, step: dict, islands: dict[str, bytes]) -> _Step:
         domain = step.get("domain") or ""
