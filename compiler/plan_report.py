@@ -125,7 +125,7 @@ def print_plan_report(report: dict, console: Console) -> None:
                       f"{tactics['num_sessions']} sessions: the program at the opt shapes took "
                       f"{ms.get(tactics['kept'], float('nan')):.3g} ms so, {ms.get('none', float('nan')):.3g} ms on infc's kernels alone")
     elif tactics:
-        console.print(f"onnxruntime tactics: none kept (no subset beat infc's kernels in context: "
+        console.print("onnxruntime tactics: none kept (no subset beat infc's kernels in context: "
                       + ", ".join(f"{k} {v:.3g} ms" for k, v in tactics["program_ms"].items()) + ")")
     if report["islands"]:
         for island in report["islands"]:

@@ -159,3 +159,26 @@ def test_a_session_onnxruntime_refuses_at_load_runs_on_infc_kernels(capsys):
     expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
     for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
         assert diff.max_rel_diff < 1e-5, diff
+
+
+def test_inspect_counts_timed_steps_and_bridges():
+    from rich.console import Console
+
+    from infc.compiler.plan_report import _tactics_summary, print_plan_report
+
+    _, program, seen = _program(17)
+    marked = _marked(program, seen)
+    bridges = bridge_candidates(program, seen)
+    steps = tune_vendor._with_marks(program.steps, with_bridges(len(program.steps), marked, bridges), {})
+    context = {"num_bridges": len(bridges), "num_sessions": 1, "kept": "all+bridges",
+               "program_ms": {"none": 2.0, "all+bridges": 1.0}}
+    summary = _tactics_summary({"program": steps, "conv_tactics": context})
+    assert (summary["num_in_onnxruntime"], summary["num_timed"], summary["num_bridges"]) == (
+        len(program.steps), len(marked), len(bridges))
+    console = Console(record=True, width=300)
+    report = {"plan": "p", "infc_version": "x", "kind": "oneshot", "target": {}, "memory": {"sum_activation_bytes": 0},
+              "kernels": {}, "tuning": [], "islands": [], "precision": {}, "onnxruntime_tactics": summary}
+    print_plan_report(report, console)
+    assert (f"{len(program.steps)} of {len(program.steps)} steps run in onnxruntime ({len(marked)} timed against "
+            f"infc alone, {len(bridges)} bridges between them) in 1 sessions: the program at the opt shapes took 1 ms so, "
+            "2 ms on infc's kernels alone") in console.export_text()

@@ -44,12 +44,14 @@ _OPSETS = {"": 17, "com.microsoft": 1}  # Conv and MatMul are unchanged since op
 # opset, since their meaning can depend on it.
 BRIDGE_OPS = frozenset(
     [("", op) for op in (
-        "Abs", "Add", "And", "Cast", "Equal", "Gather", "Greater", "IsNaN", "Less", "Not", "Or", "Where", "AveragePool", "BatchNormalization", "Clip", "Concat", "DepthToSpace", "Div", "Elu", "Erf",
-        "Exp", "Expand", "Flatten", "Gelu", "GlobalAveragePool", "GlobalMaxPool", "HardSigmoid", "HardSwish",
-        "Identity", "InstanceNormalization", "LayerNormalization", "LeakyRelu", "Log", "MatMul", "Max", "MaxPool",
-        "Mean", "Min", "Mul", "Neg", "Pad", "Pow", "PRelu", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceSum",
-        "Relu", "Reshape", "Resize", "Selu", "Sigmoid", "SimplifiedLayerNormalization", "Slice", "Softmax", "Softplus", "SpaceToDepth", "Split",
-        "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Tile", "Transpose", "Unsqueeze")]
+        "Abs", "Add", "And", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "DepthToSpace",
+        "Div", "Elu", "Equal", "Erf", "Exp", "Expand", "Flatten", "Gather", "Gelu", "GlobalAveragePool",
+        "GlobalMaxPool", "Greater", "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization", "IsNaN",
+        "LayerNormalization", "LeakyRelu", "Less", "Log", "MatMul", "Max", "MaxPool", "Mean", "Min", "Mul",
+        "Neg", "Not", "Or", "Pad", "Pow", "PRelu", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceSum",
+        "Relu", "Reshape", "Resize", "Selu", "Sigmoid", "SimplifiedLayerNormalization", "Slice", "Softmax",
+        "Softplus", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Tile", "Transpose",
+        "Unsqueeze", "Where")]
     + [("com.microsoft", op) for op in (
         "BiasGelu", "FastGelu", "FusedGemm", "FusedMatMul", "Gelu", "MultiHeadAttention", "QuickGelu",
         "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")])
@@ -115,7 +117,7 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
     attributes into values; `opset`: the model's, needed when a bridge is among the members. Inputs
     are float32 but for those a bridge lists in its "tactic_dtypes" (the build saw them)."""
     import onnxruntime as ort  # noqa: PLC0415 - only plans with this tactic need it
-    from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415
+    from onnx import helper, numpy_helper  # noqa: PLC0415
 
     nodes, constants, dtypes = [], {}, {}
     for member in members:
