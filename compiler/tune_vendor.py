@@ -201,7 +201,7 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
 
     def executor(keep):
         steps = _with_marks(program.steps, keep, dtypes)
-        return Executor(steps, program.weights, program.opset, program.islands, output_names=names)
+        return Executor(steps, program.weights, program.opset, program.islands, output_names=names, spin_sessions=False)
 
     sides, wrong = {}, []
     for label, keep in subsets.items():

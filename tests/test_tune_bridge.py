@@ -93,8 +93,9 @@ def test_bridges_make_the_whole_program_one_session_that_matches_onnxruntime(ops
     assert [s.get("tactic_dtypes") for s in steps if s["op"] == "Where"] == [{"nan": "bool"}]
     names = [o["name"] for o in program.outputs]
     executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
-    assert len(executor._steps) == 1
+    assert len(executor._steps) == 1 and executor._spin  # the program's only session spins, as onnxruntime's own
     assert executor._steps[0].label.startswith(f"{len(program.steps)} steps in one onnxruntime session")
+    assert not Executor(steps, program.weights, program.opset, program.islands, spin_sessions=False)._spin
     feeds = {"x": np.random.default_rng(7).standard_normal((2, 3, 16, 16)).astype(np.float32)}
     actual = [executor.run(feeds)[n] for n in names]
     expected = ort_session(model).run([o.name for o in model.graph.output], feeds)

@@ -86,8 +86,10 @@ class _Step:
 class Executor:
     def __init__(self, program_steps: list[dict], weights: dict[str, np.ndarray], opset: int,
                  islands: dict[str, bytes] | None = None, output_names: list[str] | None = None,
-                 observer: Callable[[str, np.ndarray], None] | None = None):
-        """`observer(name, array)`, when given, sees every value a step produces (e.g. to plan memory)."""
+                 observer: Callable[[str, np.ndarray], None] | None = None, spin_sessions: bool = True):
+        """`observer(name, array)`, when given, sees every value a step produces (e.g. to plan memory).
+        `spin_sessions`: a program's only onnxruntime tactic session may spin-wait (runtime/vendor_op.py;
+        off where several executors take turns: spinning workers would slow the others)."""
         self._weights = dict(weights)
         self._observer = observer
         self.opset = int(opset)
@@ -99,6 +101,10 @@ class Executor:
             program_steps = fuse_fake_quantize(program_steps, set(self.output_names))
             program_steps = fuse_conv_epilogues(program_steps, self._weights, set(self.output_names))
             program_steps = group_tactic_steps(program_steps, self._weights, set(self.output_names))
+        # one onnxruntime session for the whole of the tactic steps spins (runtime/vendor_op.py)
+        sessions = [s for s in program_steps if s["op"] == GROUP_OP or (s.get("tactic") and is_vendor_step(s)
+                                                                         and not is_bridge_step(s))]
+        self._spin = spin_sessions and observer is None and len(sessions) == 1
         self.input_names = _graph_inputs(program_steps, self._weights)
         self.notes: list[str] = []  # what did not run as planned (a tactic session that did not load)
         self._steps = [prepared for step in program_steps for prepared in self._prepare_or_own(step, islands or {})]
@@ -136,7 +142,7 @@ class Executor:
             return _Step(_island_runner(islands[section], inputs, outputs), {}, KernelContext(self.opset),
                          inputs, outputs, label, (domain, ISLAND_OP))
         if step["op"] == GROUP_OP:
-            return _Step(group_runner(step, self._weights, decode_attrs, self.opset), {}, KernelContext(self.opset), inputs, outputs,
+            return _Step(group_runner(step, self._weights, decode_attrs, self.opset, self._spin), {}, KernelContext(self.opset), inputs, outputs,
                          f"{len(step['members'])} steps in one onnxruntime session ({label})", (domain, GROUP_OP))
         kernel = kernel_for(domain, step["op"])
         if kernel is None:

@@ -13,9 +13,12 @@ executor or an observer ignores the tactic and runs infc's kernel.
     com.microsoft.FusedConv     FusedConv (same attributes and inputs)
     infc.cpu.TunedMatMul        MatMul(a, w) on the original weight (inputs 0 and 1)
 
-Sessions do not spin. Each session owns a thread pool, and onnxruntime's workers spin-wait after
-every run by default: with a few dozen sessions that spin on the cores the next step needs (ResNet-50
-on two cores: 111 ms with spinning, 66 ms without).
+Sessions do not spin, unless one session runs all of a program's tactic steps. Each session owns a
+thread pool, and onnxruntime's workers spin-wait after every parallel section by default: with a
+few dozen sessions that spin on the cores the next step needs (ResNet-50 on two cores: 111 ms with
+spinning, 66 ms without). A program's only session spins, as onnxruntime alone would: waking
+sleeping workers for each of its parallel sections cost 5-15% (EfficientNet-B0 and a T5 encoder,
+each all in one session, measured in separate processes).
 """
 
 from __future__ import annotations
@@ -111,7 +114,7 @@ def vendor_runner(step_op: str, step_domain: str, attrs: dict, input_names: list
 
 
 def _session(members: list[dict], input_names: list[str], output_names: list[str], weights: dict, decode,
-             threads: int | None = None, opset: int | None = None):
+             threads: int | None = None, opset: int | None = None, spin: bool = False):
     """One onnxruntime session over the members' onnxruntime forms (VENDOR_FORMS, or a bridge as
     itself); the inputs they read from `weights` are its initializers. `decode` turns a member's
     attributes into values; `opset`: the model's, needed when a bridge is among the members. Inputs
@@ -137,7 +140,7 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
                               + [helper.make_opsetid(d, _OPSETS[d]) for d in domains], ir_version=8)
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failure surfaces as the step's one-line error
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     if threads:
         options.intra_op_num_threads = int(threads)
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
@@ -206,12 +209,13 @@ def _num_read(step: dict) -> int:
     return len(step["inputs"]) if count is None else count
 
 
-def group_runner(step: dict, weights: dict, decode, opset: int) -> Callable:
+def group_runner(step: dict, weights: dict, decode, opset: int, spin: bool = False) -> Callable:
     """A kernel (inputs, attrs, ctx) -> outputs running a GROUP_OP step's members in one session;
     `decode` turns a member's JSON attributes into values (kernels.common.decode_attrs); `opset`:
-    the model's."""
+    the model's; `spin`: its workers spin-wait between parallel sections, as onnxruntime's do by
+    default (right when it is the program's only session: nobody else's workers need the cores)."""
     input_names, output_names = list(step["inputs"]), list(step["outputs"])
-    session = _session(step["members"], input_names, output_names, weights, decode, opset=opset)
+    session = _session(step["members"], input_names, output_names, weights, decode, opset=opset, spin=spin)
 
     def group_in_onnxruntime(inputs, attrs, ctx):
         return session.run(output_names, dict(zip(input_names, inputs)))
