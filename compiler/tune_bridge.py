@@ -23,6 +23,7 @@ from .lower import Program
 # What a bridge may read and write (weights aside): the masks and indices between a transformer's
 # GEMMs (a NaN guard's IsNaN and Where, an embedding's Gather) as well as float32 data
 DTYPES = ("float32", "bool", "int64", "int32")
+from .runtime.executor import SHAPE_SOURCES
 from .runtime.vendor_op import bridge_nodes, is_bridge_step
 
 
@@ -47,15 +48,27 @@ def _known_to_onnxruntime(step: dict, opset: int) -> bool:
     return True
 
 
+def _shape_steps(program: Program) -> set[int]:
+    """Steps that compute from weights and input shapes only (an exporter's Shape -> Gather ->
+    Concat chains): the executor runs them once per input shapes (runtime/executor.py), so they
+    gain nothing inside a session, which would recompute them on every run."""
+    static, found = set(program.weights), set()
+    for index, step in enumerate(program.steps):
+        if ((step.get("domain") or ""), step["op"]) in SHAPE_SOURCES or all(
+                name in static for name in step["inputs"] if name):
+            static.update(name for name in step["outputs"] if name)
+            found.add(index)
+    return found
+
+
 def bridge_candidates(program: Program, shapes_by_level: dict) -> set[int]:
     """Indices of the steps that may bridge runs of tactic steps."""
-    found = set()
+    found, shape_steps = set(), _shape_steps(program)
     for index, step in enumerate(program.steps):
-        if step.get("tactic") or not is_bridge_step(step) or not _known_to_onnxruntime(step, program.opset):
+        if (step.get("tactic") or index in shape_steps or not is_bridge_step(step)
+                or not _known_to_onnxruntime(step, program.opset)):
             continue
         values = [name for name in step["inputs"] if name and name not in program.weights]
-        if not values:
-            continue  # constant: the fold passes left it for a reason
         values += [name for name in step["outputs"] if name]
         if shapes_by_level and all(
                 all((seen.get(name) or (None, None))[1] in DTYPES for name in values)

@@ -90,7 +90,8 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
         log(f"onnxruntime tactics: {context['num_kept']} of {context['num_marked']} convolution and GEMM steps"
             f"{' and ' + str(context['num_bridges']) + ' steps between them' if context['num_bridges'] else ''} run in "
             f"onnxruntime, in {context['num_sessions']} sessions (the program at the opt shapes with the steps whose time "
-            f"alone, onnxruntime's over infc's, is: {timed})")
+            f"alone, onnxruntime's over infc's, is: {timed})"
+            + "".join(f"; not a candidate: {reason}" for reason in context["rejected_wrong"]))
     return _tuning(table, reports, context)
 
 

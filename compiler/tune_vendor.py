@@ -201,24 +201,23 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
 
     def executor(keep):
         steps = _with_marks(program.steps, keep, dtypes)
-        return Executor(steps, program.weights, program.opset, program.islands, output_names=names, spin_sessions=False)
+        return Executor(steps, program.weights, program.opset, program.islands, output_names=names, trial=True)
 
     sides, wrong = {}, []
     for label, keep in subsets.items():
         sides[label] = executor(keep)
         if sides[label].notes:  # onnxruntime refused a session (a bridge it cannot run): not a variant
-            del sides[label]
-            wrong.append(label)
+            wrong.append(f"{label}: {sides.pop(label).notes[0]}")
     reference = sides["none"].run(feeds)  # also the warm-up of compiled kernels and sessions
     for label, run in list(sides.items()):
         if label == "none":
             continue
-        try:
-            agrees = _agrees(run.run(feeds), reference, names)
-        except Exception:  # noqa: BLE001 - a session that fails at run time is not a variant either
-            agrees = False
-        if not agrees:  # a vendor step untimed alone was never checked against float64: this is its check
-            wrong.append(label)
+        try:  # a vendor step untimed alone was never checked against float64: this is its check
+            reason = None if _agrees(run.run(feeds), reference, names) else f"outputs differ by more than {AGREE_RTOL:g}"
+        except Exception as exc:  # noqa: BLE001 - a session that fails at run time is not a variant either
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        if reason:
+            wrong.append(f"{label}: {reason}")
             del sides[label]
     times: dict[str, list[float]] = {label: [] for label in sides}
     racing, started = dict(sides), clock()

@@ -95,7 +95,7 @@ def test_bridges_make_the_whole_program_one_session_that_matches_onnxruntime(ops
     executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
     assert len(executor._steps) == 1 and executor._spin  # the program's only session spins, as onnxruntime's own
     assert executor._steps[0].label.startswith(f"{len(program.steps)} steps in one onnxruntime session")
-    assert not Executor(steps, program.weights, program.opset, program.islands, spin_sessions=False)._spin
+    assert not Executor(steps, program.weights, program.opset, program.islands, trial=True)._spin
     feeds = {"x": np.random.default_rng(7).standard_normal((2, 3, 16, 16)).astype(np.float32)}
     actual = [executor.run(feeds)[n] for n in names]
     expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
@@ -183,3 +183,22 @@ def test_inspect_counts_timed_steps_and_bridges():
     assert (f"{len(program.steps)} of {len(program.steps)} steps run in onnxruntime ({len(marked)} timed against "
             f"infc alone, {len(bridges)} bridges between them) in 1 sessions: the program at the opt shapes took 1 ms so, "
             "2 ms on infc's kernels alone") in console.export_text()
+
+
+def test_shape_chains_stay_with_the_executor_memo():
+    """An exporter's Shape -> Gather -> Unsqueeze -> Concat chain runs once per input shapes in infc;
+    a session would recompute it on every run, so none of its steps bridges (bert_ts)."""
+    from infc.compiler.testing import FIXTURES
+
+    program = lower_graph(import_graph(optimize_model(onnx.load(str(FIXTURES / "bert_ts.onnx"))).model), has_kernel)
+    feeds = {"input_ids": np.random.default_rng(2).integers(0, 100, (2, 16)), "attention_mask": np.ones((2, 16), np.int64)}
+    _, shapes = sample_run(program, feeds)
+    seen = {"opt": {**{n: (v.shape, v.dtype.name) for n, v in feeds.items()}, **shapes}}
+    bridges = bridge_candidates(program, seen)
+    from infc.compiler.runtime.executor import SOURCE, STATIC
+
+    executor = Executor(program.steps, program.weights, program.opset, program.islands)
+    assert len(executor._steps) == len(program.steps)
+    shape_chain = {i for i, step in enumerate(executor._steps) if step.kind in (SOURCE, STATIC)}
+    assert len(shape_chain) > 10 and not bridges & shape_chain
+    assert {"MultiHeadAttention", "SkipLayerNormalization", "Gather"} <= {program.steps[i]["op"] for i in bridges}

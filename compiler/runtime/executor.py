@@ -86,10 +86,13 @@ class _Step:
 class Executor:
     def __init__(self, program_steps: list[dict], weights: dict[str, np.ndarray], opset: int,
                  islands: dict[str, bytes] | None = None, output_names: list[str] | None = None,
-                 observer: Callable[[str, np.ndarray], None] | None = None, spin_sessions: bool = True):
+                 observer: Callable[[str, np.ndarray], None] | None = None, trial: bool = False):
         """`observer(name, array)`, when given, sees every value a step produces (e.g. to plan memory).
-        `spin_sessions`: a program's only onnxruntime tactic session may spin-wait (runtime/vendor_op.py;
-        off where several executors take turns: spinning workers would slow the others)."""
+        `trial`: one of several program variants the build times in turns (tune_vendor.py): its
+        onnxruntime sessions never spin-wait (spinning workers would slow the others; otherwise a
+        program's only session does, runtime/vendor_op.py), and a session that does not load is
+        only noted, not warned about."""
+        self._trial = trial
         self._weights = dict(weights)
         self._observer = observer
         self.opset = int(opset)
@@ -104,7 +107,7 @@ class Executor:
         # one onnxruntime session for the whole of the tactic steps spins (runtime/vendor_op.py)
         sessions = [s for s in program_steps if s["op"] == GROUP_OP or (s.get("tactic") and is_vendor_step(s)
                                                                          and not is_bridge_step(s))]
-        self._spin = spin_sessions and observer is None and len(sessions) == 1
+        self._spin = not trial and observer is None and len(sessions) == 1
         self.input_names = _graph_inputs(program_steps, self._weights)
         self.notes: list[str] = []  # what did not run as planned (a tactic session that did not load)
         self._steps = [prepared for step in program_steps for prepared in self._prepare_or_own(step, islands or {})]
@@ -127,7 +130,8 @@ class Executor:
             reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
             self.notes.append(f"onnxruntime tactic '{step.get('name', step['op'])}' ({len(members)} steps): its session "
                               f"does not load here ({reason}); infc's kernels run it")
-            print(f"warning: {self.notes[-1]}", file=sys.stderr)
+            if not self._trial:
+                print(f"warning: {self.notes[-1]}", file=sys.stderr)
             plain = [{k: v for k, v in member.items() if not k.startswith("tactic")} for member in members]
             return [self._prepare(member, islands) for member in plain]
 
