@@ -47,14 +47,18 @@ _OPSETS = {"": 17, "com.microsoft": 1}  # Conv and MatMul are unchanged since op
 # opset, since their meaning can depend on it.
 BRIDGE_OPS = frozenset(
     [("", op) for op in (
-        "Abs", "Add", "And", "AveragePool", "BatchNormalization", "Cast", "Clip", "Concat", "DepthToSpace",
-        "Div", "Elu", "Equal", "Erf", "Exp", "Expand", "Flatten", "Gather", "Gelu", "GlobalAveragePool",
-        "GlobalMaxPool", "Greater", "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization", "IsNaN",
-        "LayerNormalization", "LeakyRelu", "Less", "Log", "MatMul", "Max", "MaxPool", "Mean", "Min", "Mul",
-        "Neg", "Not", "Or", "Pad", "Pow", "PRelu", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceSum",
-        "Relu", "Reshape", "Resize", "Selu", "Sigmoid", "SimplifiedLayerNormalization", "Slice", "Softmax",
-        "Softplus", "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "Tile", "Transpose",
-        "Unsqueeze", "Where")]
+        "Abs", "Add", "And", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Celu",
+        "Clip", "Concat", "ConvTranspose", "Cos", "CumSum", "DepthToSpace", "Div", "Einsum", "Elu", "Equal",
+        "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm",
+        "GlobalAveragePool", "GlobalMaxPool", "Greater", "GreaterOrEqual", "GroupNormalization",
+        "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization", "IsNaN", "LayerNormalization",
+        "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "LpNormalization", "LRN", "MatMul", "Max",
+        "MaxPool", "Mean", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "Pad", "Pow", "PRelu",
+        "Reciprocal", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd",
+        "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize", "Round", "Selu", "Sigmoid", "Sign",
+        "SimplifiedLayerNormalization", "Sin", "Slice", "Softmax", "Softplus", "Softsign", "SpaceToDepth",
+        "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose",
+        "Trilu", "Unsqueeze", "Where", "Xor")]
     + [("com.microsoft", op) for op in (
         "BiasGelu", "FastGelu", "FusedGemm", "FusedMatMul", "Gelu", "MultiHeadAttention", "QuickGelu",
         "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")])
