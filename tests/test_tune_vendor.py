@@ -101,11 +101,24 @@ def test_tactics_mark_steps_and_the_plan_still_matches_onnxruntime(cnn):
         assert diff.max_rel_diff < 1e-5, diff
 
 
-def test_a_spent_budget_leaves_infc_kernels():
+def test_a_spent_budget_leaves_steps_untimed_for_the_all_subset():
     _, program, seen = _program()
     rows, _ = tune_vendor_tactics(program, seen, "test", budget_s=0.0, cache=None, show_progress=False,
                                 bench_fn=lambda run: [1e-3])
     assert rows and all(r["source"].startswith("untuned") for r in rows)
+    convs = [s for s in program.steps if is_conv_step(s)]
+    assert convs and all(s["tactic"] == TACTIC and s["tactic_ratio"] is None for s in convs)
+
+
+def test_a_vendor_kernel_that_fails_leaves_the_step_to_infc():
+    _, program, seen = _program()
+
+    def bench(run):
+        if run.config != NATIVE:
+            raise RuntimeError("onnxruntime refused")
+        return [1e-3]
+
+    tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=bench)
     assert not any(s.get("tactic") for s in program.steps)
 
 
