@@ -202,3 +202,18 @@ def test_shape_chains_stay_with_the_executor_memo():
     shape_chain = {i for i, step in enumerate(executor._steps) if step.kind in (SOURCE, STATIC)}
     assert len(shape_chain) > 10 and not bridges & shape_chain
     assert {"MultiHeadAttention", "SkipLayerNormalization", "Gather"} <= {program.steps[i]["op"] for i in bridges}
+
+
+def test_a_scalar_constant_stays_a_scalar_in_the_session():
+    """Gather(x, 0) with a 0-d index drops the axis; as a 1-d [0] it would keep it (np.ascontiguousarray
+    makes 0-d arrays 1-d, which turned a BERT position Slice's ends 2-d inside onnxruntime)."""
+    from infc.compiler.runtime.kernels.common import decode_attrs
+    from infc.compiler.runtime.vendor_op import GROUP_OP, group_runner
+
+    members = [{"op": "Gather", "domain": "", "inputs": ["x", "index"], "outputs": ["row"], "attrs": {"axis": 1}},
+               {"op": "Relu", "domain": "", "inputs": ["row"], "outputs": ["y"], "attrs": {}}]
+    step = {"op": GROUP_OP, "inputs": ["x"], "outputs": ["y"], "members": members}
+    run = group_runner(step, {"index": np.array(2, np.int64)}, decode_attrs, 17)
+    x = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
+    (y,) = run([x], {}, None)
+    np.testing.assert_array_equal(y, np.maximum(x[:, 2], 0))

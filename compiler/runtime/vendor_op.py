@@ -137,7 +137,7 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
         [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtypes.get(name, "float32"))), None)
          for name in input_names],
         [helper.make_empty_tensor_value_info(name) for name in output_names],  # onnxruntime infers their types
-        [numpy_helper.from_array(np.ascontiguousarray(value), name) for name, value in constants.items()])
+        [numpy_helper.from_array(np.asarray(value, order="C"), name) for name, value in constants.items()])  # 0-d stays 0-d
     domains = sorted({node.domain for node in nodes if node.domain})
     bridged = any(is_bridge_step(member) for member in members)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", int(opset) if bridged else _OPSETS[""])]
