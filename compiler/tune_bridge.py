@@ -21,8 +21,9 @@ import functools
 from .lower import Program
 
 # What a bridge may read and write (weights aside): the masks and indices between a transformer's
-# GEMMs (a NaN guard's IsNaN and Where, an embedding's Gather) as well as float32 data
-DTYPES = ("float32", "bool", "int64", "int32")
+# GEMMs (a NaN guard's IsNaN and Where, an embedding's Gather), a QDQ model's quantized values, as
+# well as float32 data
+DTYPES = ("float32", "bool", "int64", "int32", "int8", "uint8")
 from .runtime.executor import SHAPE_SOURCES
 from .runtime.vendor_op import bridge_nodes, is_bridge_step
 

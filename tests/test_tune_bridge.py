@@ -217,3 +217,33 @@ def test_a_scalar_constant_stays_a_scalar_in_the_session():
     x = np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32)
     (y,) = run([x], {}, None)
     np.testing.assert_array_equal(y, np.maximum(x[:, 2], 0))
+
+
+def test_a_qdq_pair_between_convolutions_bridges_and_matches_onnxruntime():
+    """A QDQ model's activation Quantize/Dequantize pair (uint8 between them) joins the session."""
+    model = _model(17)
+    graph = model.graph
+    graph.initializer.extend([numpy_helper.from_array(np.array(0.02, np.float32), "scale"),
+                              numpy_helper.from_array(np.array(128, np.uint8), "zero")])
+    conv2 = next(n for n in graph.node if n.op_type == "Conv" and n.input[0] == "a1")
+    conv2.input[0] = "a1_dq"
+    at = list(graph.node).index(conv2)
+    graph.node.insert(at, helper.make_node("DequantizeLinear", ["a1_q", "scale", "zero"], ["a1_dq"]))
+    graph.node.insert(at, helper.make_node("QuantizeLinear", ["a1", "scale", "zero"], ["a1_q"]))
+    program = lower_graph(import_graph(optimize_model(model).model), has_kernel)
+    seen = {}
+    for level, shape in SHAPES.items():
+        _, shapes = sample_run(program, {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)})
+        seen[level] = {"x": (shape, "float32"), **shapes}
+    marked = _marked(program, seen)
+    bridges = bridge_candidates(program, seen)
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {program.steps[i]["op"] for i in bridges}
+    steps = tune_vendor._with_marks(program.steps, with_bridges(len(program.steps), marked, bridges), {})
+    names = [o["name"] for o in program.outputs]
+    executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
+    assert len(executor._steps) == 1
+    feeds = {"x": np.random.default_rng(7).standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    actual = [executor.run(feeds)[n] for n in names]
+    expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
+    for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
+        assert diff.max_rel_diff < tune_vendor.AGREE_RTOL_QUANTIZED, diff

@@ -77,13 +77,13 @@ def fuse_fake_quantize(steps: list[dict], keep: set[str]) -> list[dict]:
                 readers.setdefault(name, []).append(index)
     merged: dict[int, dict | None] = {}
     for index, step in enumerate(steps):
-        if ((step.get("domain") or ""), step["op"]) != QUANTIZE or step["outputs"][0] in keep:
-            continue
+        if ((step.get("domain") or ""), step["op"]) != QUANTIZE or step["outputs"][0] in keep or step.get("tactic"):
+            continue  # (a pair the build gave to onnxruntime runs in its session: runtime/vendor_op.py)
         q = step["outputs"][0]
         if len(readers.get(q, [])) != 1:
             continue
         reader = steps[readers[q][0]]
-        if ((reader.get("domain") or ""), reader["op"]) != DEQUANTIZE or reader["inputs"][0] != q:
+        if ((reader.get("domain") or ""), reader["op"]) != DEQUANTIZE or reader["inputs"][0] != q or reader.get("tactic"):
             continue
         pad = lambda names: list(names[:3]) + [""] * (3 - len(names[:3]))  # noqa: E731
         merged[index] = {"op": OP, "domain": DOMAIN, "name": f"{step.get('name', '')}+{reader.get('name', '')}",
