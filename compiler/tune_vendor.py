@@ -98,6 +98,7 @@ def _gemm_candidates(program: Program, shapes_by_level: dict):
 def tune_vendor_tactics(program: Program, shapes_by_level: dict, target: str, *, budget_s, cache, show_progress: bool,
                         bench_fn=None) -> tuple[list, TuneReport | None]:
     """Marks the steps onnxruntime can run, with their time ratios; returns (table rows, the tuner's report)."""
+    _mark_integer_steps(program)
     plans, problems = _conv_problems(program, shapes_by_level, target)
     for index, shapes in _gemm_candidates(program, shapes_by_level):
         step = program.steps[index]
@@ -142,6 +143,19 @@ def _conv_problems(program: Program, shapes_by_level: dict, target: str) -> tupl
             keys.append(str(key))
         plans.append((index, list(dict.fromkeys(keys))))
     return plans, problems
+
+
+# A model quantized by another tool (QOperator) computes its convolutions and GEMMs in these ops;
+# onnxruntime's int8 kernels are their vendor library. infc sums them exactly in float BLAS, so no
+# float64 check or timing alone tells more than the program does: they are marked untimed, and the
+# in-context check decides (with the bridges around them).
+INTEGER_STEPS = frozenset({"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
+
+
+def _mark_integer_steps(program: Program) -> None:
+    for step in program.steps:
+        if (step.get("domain") or "") == "" and step["op"] in INTEGER_STEPS and not step.get("tactic"):
+            _mark_untimed(step)
 
 
 def _mark_untimed(step: dict) -> None:
@@ -201,7 +215,8 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
                 subsets[name] = keep
     names = [o["name"] for o in program.outputs]
 
-    dtypes = {index: input_dtypes(program.steps[index], shapes_by_level or {}, program.weights) for index in bridges}
+    dtypes = {index: input_dtypes(program.steps[index], shapes_by_level or {}, program.weights)
+              for index in set(marked) | bridges}
 
     def executor(keep):
         steps = _with_marks(program.steps, keep, dtypes)
@@ -284,18 +299,17 @@ def _agrees(outputs: dict, reference: dict, names: list[str], rtol: float = AGRE
 
 
 def _with_marks(steps: list[dict], keep, dtypes: dict | None = None) -> list[dict]:
-    """Copies of the steps with the marks of those in `keep` only (a bridge in `keep` gets one, and
-    `dtypes[index]`, its inputs that are not float32), and each run of consecutive kept steps
+    """Copies of the steps with the marks of those in `keep` only (a bridge in `keep` gets one; a
+    kept step gets `dtypes[index]`, its inputs that are not float32), and each run of consecutive kept steps
     grouped into one session (runtime/vendor_op.py: onnxruntime keeps its blocked layout between them)."""
     marked = []
     for index, step in enumerate(steps):
         plain = {k: v for k, v in step.items() if k not in TACTIC_FIELDS}
         if index in keep:
             plain.update({k: step[k] for k in TACTIC_FIELDS if k in step and k != "tactic_group"})
-            if "tactic" not in plain:  # a bridge (tune_bridge.py): never timed alone
-                plain["tactic"] = TACTIC
-                if (dtypes or {}).get(index):
-                    plain["tactic_dtypes"] = dtypes[index]
+            plain.setdefault("tactic", TACTIC)  # a bridge (tune_bridge.py): never timed alone
+            if (dtypes or {}).get(index):  # a session it starts reads these as such
+                plain["tactic_dtypes"] = dtypes[index]
             previous = marked[-1] if marked else None
             if previous is not None and previous.get("tactic") and index - 1 in keep:
                 plain["tactic_group"] = previous.setdefault("tactic_group", index - 1)

@@ -48,17 +48,18 @@ _OPSETS = {"": 17, "com.microsoft": 1}  # Conv and MatMul are unchanged since op
 BRIDGE_OPS = frozenset(
     [("", op) for op in (
         "Abs", "Add", "And", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Celu",
-        "Clip", "Concat", "ConvTranspose", "Cos", "CumSum", "DepthToSpace", "DequantizeLinear", "Div", "Einsum", "Elu", "Equal",
-        "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather", "GatherElements", "GatherND", "Gelu", "Gemm",
-        "GlobalAveragePool", "GlobalMaxPool", "Greater", "GreaterOrEqual", "GroupNormalization",
-        "HardSigmoid", "HardSwish", "Identity", "InstanceNormalization", "IsNaN", "LayerNormalization",
-        "LeakyRelu", "Less", "LessOrEqual", "Log", "LogSoftmax", "LpNormalization", "LRN", "MatMul", "Max",
-        "MaxPool", "Mean", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "Pad", "Pow", "PRelu", "QuantizeLinear",
-        "Reciprocal", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd",
-        "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize", "Round", "Selu", "Sigmoid", "Sign",
-        "SimplifiedLayerNormalization", "Sin", "Slice", "Softmax", "Softplus", "Softsign", "SpaceToDepth",
-        "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "ThresholdedRelu", "Tile", "TopK", "Transpose",
-        "Trilu", "Unsqueeze", "Where", "Xor")]
+        "Clip", "Concat", "ConvInteger", "ConvTranspose", "Cos", "CumSum", "DepthToSpace", "DequantizeLinear",
+        "Div", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather",
+        "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater",
+        "GreaterOrEqual", "GroupNormalization", "HardSigmoid", "HardSwish", "Identity",
+        "InstanceNormalization", "IsNaN", "LayerNormalization", "LeakyRelu", "Less", "LessOrEqual", "Log",
+        "LogSoftmax", "LpNormalization", "LRN", "MatMul", "MatMulInteger", "Max", "MaxPool", "Mean", "Min",
+        "Mish", "Mod", "Mul", "Neg", "Not", "Or", "Pad", "Pow", "PRelu", "QLinearConv", "QLinearMatMul",
+        "QuantizeLinear", "Reciprocal", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
+        "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize", "Round", "Selu", "Sigmoid",
+        "Sign", "SimplifiedLayerNormalization", "Sin", "Slice", "Softmax", "Softplus", "Softsign",
+        "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "ThresholdedRelu", "Tile", "TopK",
+        "Transpose", "Trilu", "Unsqueeze", "Where", "Xor")]
     + [("com.microsoft", op) for op in (
         "BiasGelu", "FastGelu", "FusedGemm", "FusedMatMul", "Gelu", "MultiHeadAttention", "QuickGelu",
         "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")])
