@@ -150,3 +150,38 @@ def test_dynamic_quantize_matches_onnxruntime(kind):
         return
     for g, w in zip(got, ort_session(model).run(["y", "s", "z"], {"x": x})):
         np.testing.assert_array_equal(g, w)
+
+
+def test_qoperator_steps_and_their_islands_run_as_one_onnxruntime_session():
+    """The QLinearConv is marked for onnxruntime's int8 kernels (untimed); the QuantizeLinear, the
+    contrib islands and the DequantizeLinear around it bridge, so the whole program is one session
+    (the islands' subgraphs spliced in), and it still matches onnxruntime exactly."""
+    from infc.compiler import tune_vendor
+    from infc.compiler.tune_bridge import bridge_candidates, input_dtypes, with_bridges
+
+    w = RNG.integers(-100, 100, (6, 6, 3, 3)).astype(np.int8)
+    inits = {"s": np.array(0.05, F32), "z": np.array(128, np.uint8), "ws": np.array(0.01, F32),
+             "wz": np.array(0, np.int8), "w": w, "s2": np.array(0.2, F32), "z2": np.array(100, np.uint8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q1"]),
+             helper.make_node("QLinearAdd", ["q1", "s", "z", "q1", "s", "z", "s", "z"], ["q2"], domain="com.microsoft"),
+             helper.make_node("QLinearConv", ["q2", "s", "z", "w", "ws", "wz", "s2", "z2"], ["q3"], pads=[1, 1, 1, 1]),
+             helper.make_node("QLinearAdd", ["q3", "s2", "z2", "q3", "s2", "z2", "s2", "z2"], ["q4"], domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["q4", "s2", "z2"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", 1, [1, 6, 9, 9])],
+                   [helper.make_tensor_value_info("y", 1, None)], inits, ms=True)
+    program = _program(model, (1, 6, 9, 9))
+    x = RNG.standard_normal((1, 6, 9, 9)).astype(F32) * 2
+    _, shapes = sample_run(program, {"x": x})
+    seen = {"opt": {"x": ((1, 6, 9, 9), "float32"), **shapes}}
+    tune_vendor._mark_integer_steps(program)
+    marked = frozenset(i for i, s in enumerate(program.steps) if s.get("tactic"))
+    assert [program.steps[i]["op"] for i in marked] == ["QLinearConv"]
+    keep = with_bridges(len(program.steps), marked, bridge_candidates(program, seen))
+    assert len(keep) == len(program.steps)
+    dtypes = {i: input_dtypes(program.steps[i], seen, program.weights) for i in keep}
+    steps = tune_vendor._with_marks(program.steps, keep, dtypes)
+    names = [o["name"] for o in program.outputs]
+    executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
+    assert not executor.notes, executor.notes
+    assert len(executor._steps) == 1
+    np.testing.assert_array_equal(executor.run({"x": x})["y"], ort_session(model).run(["y"], {"x": x})[0])

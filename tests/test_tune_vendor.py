@@ -151,9 +151,9 @@ def test_context_check_rejects_a_variant_whose_outputs_differ(monkeypatch):
     tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=lambda run: [1e-3])
     real = executor_module.group_runner
 
-    def skewed(step, weights, decode, opset, spin):  # a vendor session that computes something else
+    def skewed(step, weights, decode, opset, spin, islands):  # a vendor session that computes something else
         assert not spin  # the variants take turns: none may spin
-        run = real(step, weights, decode, opset, spin)
+        run = real(step, weights, decode, opset, spin, islands)
         return lambda inputs, attrs, ctx: [y * np.float32(1.01) for y in run(inputs, attrs, ctx)]
 
     monkeypatch.setattr(executor_module, "group_runner", skewed)

@@ -146,7 +146,7 @@ class Executor:
             return _Step(_island_runner(islands[section], inputs, outputs), {}, KernelContext(self.opset),
                          inputs, outputs, label, (domain, ISLAND_OP))
         if step["op"] == GROUP_OP:
-            return _Step(group_runner(step, self._weights, decode_attrs, self.opset, self._spin), {}, KernelContext(self.opset), inputs, outputs,
+            return _Step(group_runner(step, self._weights, decode_attrs, self.opset, self._spin, islands), {}, KernelContext(self.opset), inputs, outputs,
                          f"{len(step['members'])} steps in one onnxruntime session ({label})", (domain, GROUP_OP))
         kernel = kernel_for(domain, step["op"])
         if kernel is None:

@@ -64,6 +64,7 @@ BRIDGE_OPS = frozenset(
         "BiasGelu", "FastGelu", "FusedGemm", "FusedMatMul", "Gelu", "MultiHeadAttention", "QuickGelu",
         "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")])
 CHAIN = ("infc.cpu", "ElementwiseChain")  # bridges as its ops (lowering fused them from the model's nodes)
+ISLAND_OP = "__island__"  # ops without an infc kernel (lower.py): an island bridges as its subgraph's nodes
 
 
 def is_conv_step(step: dict) -> bool:
@@ -73,16 +74,19 @@ def is_conv_step(step: dict) -> bool:
 def is_vendor_step(step: dict) -> bool:
     """A step onnxruntime can run when the build marked it: timed (VENDOR_FORMS) or a bridge."""
     key = ((step.get("domain") or ""), step["op"])
-    return key in VENDOR_FORMS or key in BRIDGE_OPS or key == CHAIN
+    return key in VENDOR_FORMS or key in BRIDGE_OPS or key == CHAIN or step["op"] == ISLAND_OP
 
 
 def is_bridge_step(step: dict) -> bool:
     key = ((step.get("domain") or ""), step["op"])
-    return (key in BRIDGE_OPS or key == CHAIN) and key not in VENDOR_FORMS
+    return (key in BRIDGE_OPS or key == CHAIN or step["op"] == ISLAND_OP) and key not in VENDOR_FORMS
 
 
 def bridge_nodes(step: dict) -> list[dict]:
-    """The ONNX nodes a bridge step stands for ({"op", "domain", "attrs"}): itself, or a chain's ops."""
+    """The ONNX nodes a bridge step stands for ({"op", "domain", "attrs"}): itself, or a chain's ops
+    (none for an island: onnxruntime already runs its subgraph)."""
+    if step["op"] == ISLAND_OP:
+        return []
     if ((step.get("domain") or ""), step["op"]) == CHAIN:
         return [{"op": op["op"], "domain": op.get("domain") or "", "attrs": op.get("attrs") or {}}
                 for op in step["attrs"]["ops"]]
@@ -119,30 +123,44 @@ def vendor_runner(step_op: str, step_domain: str, attrs: dict, input_names: list
 
 
 def _session(members: list[dict], input_names: list[str], output_names: list[str], weights: dict, decode,
-             threads: int | None = None, opset: int | None = None, spin: bool = False):
-    """One onnxruntime session over the members' onnxruntime forms (VENDOR_FORMS, or a bridge as
-    itself); the inputs they read from `weights` are its initializers. `decode` turns a member's
-    attributes into values; `opset`: the model's, needed when a bridge is among the members. Inputs
-    are float32 but for those a bridge lists in its "tactic_dtypes" (the build saw them)."""
+             threads: int | None = None, opset: int | None = None, spin: bool = False, islands: dict | None = None):
+    """One onnxruntime session over the members' onnxruntime forms (VENDOR_FORMS, a bridge as
+    itself, an island as its subgraph's nodes from `islands`); the inputs they read from `weights`
+    are its initializers. `decode` turns a member's attributes into values; `opset`: the model's,
+    needed when a bridge is among the members. Inputs are float32 but for those a member lists in
+    its "tactic_dtypes" (the build saw them)."""
+    import onnx  # noqa: PLC0415
     import onnxruntime as ort  # noqa: PLC0415 - only plans with this tactic need it
     from onnx import helper, numpy_helper  # noqa: PLC0415
 
-    nodes, constants, dtypes = [], {}, {}
+    nodes, constants, dtypes, initializers = [], {}, {}, {}
+    opsets = {"": int(opset) if any(is_bridge_step(member) for member in members) else _OPSETS[""]}
     for member in members:
         dtypes.update(member.get("tactic_dtypes") or {})
         names = [name or "" for name in member["inputs"][:_num_read(member)]]
         constants.update({name: weights[name] for name in names if name in weights})
+        if member["op"] == ISLAND_OP:
+            island = onnx.load_from_string(islands[member["section"]])
+            for index, node in enumerate(island.graph.node):  # node names must be unique in a session
+                node.name = f"{member['section']}.{index}"
+            nodes += island.graph.node
+            initializers.update({init.name: init for init in island.graph.initializer})
+            for entry in island.opset_import:
+                opsets[entry.domain] = max(opsets.get(entry.domain, 0), entry.version)
+            continue
         nodes += _onnx_nodes(member, names, decode)
+    for domain in {node.domain for node in nodes if node.domain} - set(opsets):
+        opsets[domain] = _OPSETS.get(domain, 1)
+    initializers.update({name: numpy_helper.from_array(np.asarray(value, order="C"), name)  # 0-d stays 0-d
+                         for name, value in constants.items()})
     graph = helper.make_graph(
         nodes, "vendor",
         [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtypes.get(name, "float32"))), None)
          for name in input_names],
         [helper.make_empty_tensor_value_info(name) for name in output_names],  # onnxruntime infers their types
-        [numpy_helper.from_array(np.asarray(value, order="C"), name) for name, value in constants.items()])  # 0-d stays 0-d
-    domains = sorted({node.domain for node in nodes if node.domain})
-    bridged = any(is_bridge_step(member) for member in members)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", int(opset) if bridged else _OPSETS[""])]
-                              + [helper.make_opsetid(d, _OPSETS[d]) for d in domains], ir_version=8)
+        list(initializers.values()))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(opsets.items())],
+                              ir_version=8)
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failure surfaces as the step's one-line error
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
@@ -214,13 +232,15 @@ def _num_read(step: dict) -> int:
     return len(step["inputs"]) if count is None else count
 
 
-def group_runner(step: dict, weights: dict, decode, opset: int, spin: bool = False) -> Callable:
+def group_runner(step: dict, weights: dict, decode, opset: int, spin: bool = False,
+                 islands: dict | None = None) -> Callable:
     """A kernel (inputs, attrs, ctx) -> outputs running a GROUP_OP step's members in one session;
     `decode` turns a member's JSON attributes into values (kernels.common.decode_attrs); `opset`:
-    the model's; `spin`: its workers spin-wait between parallel sections, as onnxruntime's do by
+    the model's; `islands`: the plan's island sections (a member may be one); `spin`: its workers spin-wait between parallel sections, as onnxruntime's do by
     default (right when it is the program's only session: nobody else's workers need the cores)."""
     input_names, output_names = list(step["inputs"]), list(step["outputs"])
-    session = _session(step["members"], input_names, output_names, weights, decode, opset=opset, spin=spin)
+    session = _session(step["members"], input_names, output_names, weights, decode, opset=opset, spin=spin,
+                       islands=islands)
 
     def group_in_onnxruntime(inputs, attrs, ctx):
         return session.run(output_names, dict(zip(input_names, inputs)))
