@@ -85,13 +85,14 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
         if feeds is None:
             rows = gather_table_rows(program.steps, {n: list(w.shape) for n, w in program.weights.items()})
             feeds = random_inputs(program.inputs, profile.shapes("opt"), rows, seed=1)
-        context = confirm_in_context(program, feeds, shapes_by_level=shapes_by_level)
+        context = confirm_in_context(program, feeds, shapes_by_level=shapes_by_level, cache=cache, target=target)
         timed = ", ".join(f"{label} {ms:.3g} ms" for label, ms in context["program_ms"].items())
         log(f"onnxruntime tactics: {context['num_kept']} of {context['num_marked']} convolution and GEMM steps"
             f"{' and ' + str(context['num_bridges']) + ' steps between them' if context['num_bridges'] else ''} run in "
             f"onnxruntime, in {context['num_sessions']} sessions (the program at the opt shapes with the steps whose time "
             f"alone, onnxruntime's over infc's, is: {timed})"
-            + "".join(f"; not a candidate: {reason}" for reason in context["rejected_wrong"]))
+            + "".join(f"; not a candidate: {reason}" for reason in context["rejected_wrong"])
+            + ("; the choice replayed from the timing cache, its outputs checked" if context["cached"] else ""))
     return _tuning(table, reports, context)
 
 

@@ -15,6 +15,9 @@ keep their inputs and weights as they are: the runtime builds the sessions at lo
 
 from __future__ import annotations
 
+import datetime
+import hashlib
+import json
 import math
 import statistics
 import time
@@ -23,7 +26,9 @@ import numpy as np
 
 from .autotune import cpu_gemm_vendor
 from .autotune.cpu_conv import NATIVE, conv_key, conv_problem, macs, then_name
-from .autotune.tuner import TuneReport, tune_all
+from .autotune.config import Config
+from .autotune.key import TuningKey
+from .autotune.tuner import CandidateResult, TuneReport, TuneResult, tune_all
 from .lower import Program
 from .runtime.kernels.common import decode_attrs
 from .runtime.kernels.conv_epilogue import epilogue_pairs
@@ -194,11 +199,13 @@ def _mark(step: dict, results: list) -> None:
 
 
 def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict | None = None,
-                       budget_s: float = CONFIRM_BUDGET_S, clock=time.perf_counter) -> dict:
+                       budget_s: float = CONFIRM_BUDGET_S, clock=time.perf_counter, cache=None, target: str = "") -> dict:
     """Times the program without its tactic marks and with nested subsets of them (the marks whose
     onnxruntime time was at most each TIERS fraction of infc's), each also with the bridges that
     join its runs (tune_bridge.py; `shapes_by_level` says which steps may), interleaved; keeps the
     fastest subset if it beats the unmarked program by CONFIRM_MARGIN, else drops every mark.
+    With a timing `cache`, the choice for this very program, feed shapes, `target` and infc source
+    is replayed from it (the outputs still checked), so rebuilds keep the same variant.
     Returns what was measured (for the build report)."""
     from .runtime.executor import Executor  # noqa: PLC0415
 
@@ -214,6 +221,10 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
             if keep and keep not in subsets.values():
                 subsets[name] = keep
     names = [o["name"] for o in program.outputs]
+    key = context_key(program, feeds, target) if cache is not None else None
+    replayed = cache.get(key) if key is not None else None
+    if replayed is not None and replayed.winner.impl in subsets:  # only it and the unmarked program: checked, not timed
+        subsets = {label: subsets[label] for label in dict.fromkeys(("none", replayed.winner.impl))}
 
     dtypes = {index: input_dtypes(program.steps[index], shapes_by_level or {}, program.weights)
               for index in set(marked) | bridges}
@@ -239,6 +250,10 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
         if reason:
             wrong.append(f"{label}: {reason}")
             del sides[label]
+    if replayed is not None and replayed.winner.impl in subsets:
+        best = replayed.winner.impl if replayed.winner.impl in sides else "none"
+        medians = {c.config.impl: round(c.median_s * 1e3, 4) for c in replayed.candidates if c.is_ok}
+        return _keep(program, marked, subsets, best, dtypes, wrong, medians, 0, cached=True)
     times: dict[str, list[float]] = {label: [] for label in sides}
     racing, started = dict(sides), clock()
     while len(times["none"]) < CONFIRM_MIN_RUNS or (clock() < started + budget_s * len(racing)
@@ -255,14 +270,56 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
     best = min(medians, key=medians.get)
     if medians[best] >= medians["none"] * (1.0 - CONFIRM_MARGIN):
         best = "none"
+    if key is not None:
+        cache.put(_context_result(key, best, times, wrong))
+        cache.save()
+    return _keep(program, marked, subsets, best, dtypes, wrong, medians, len(times["none"]), cached=False)
+
+
+def _keep(program: Program, marked: dict, subsets: dict, best: str, dtypes: dict, wrong: list, medians: dict,
+          num_runs: int, cached: bool) -> dict:
+    """Leaves the program with the `best` subset's marks; the build report's summary."""
     program.steps[:] = _with_marks(program.steps, subsets[best], dtypes)
     groups = {step["tactic_group"] for step in program.steps if "tactic_group" in step}
     num_bridges = sum(1 for index in subsets[best] if index not in marked)
     return {"num_marked": len(marked), "num_kept": len(subsets[best]) - num_bridges, "num_bridges": num_bridges,
-            "kept": best, "rejected_wrong": wrong,
+            "kept": best, "rejected_wrong": wrong, "cached": cached,
             "num_sessions": len(
                 [s for s in program.steps if s.get("tactic") and "tactic_group" not in s]) + len(groups),
-            "program_ms": {label: round(ms, 4) for label, ms in medians.items()}, "num_runs": len(times["none"])}
+            "program_ms": {label: round(ms, 4) for label, ms in medians.items()}, "num_runs": num_runs}
+
+
+CONTEXT_OP = "program_tactics"  # the timing cache's entry for a program's in-context choice
+
+
+def context_key(program: Program, feeds: dict, target: str) -> TuningKey:
+    """The program's steps with their marks, the feeds' shapes and dtypes, the target and infc's
+    source (engine_cache.code_digest, which covers onnxruntime's version): the same key, the same
+    programs to choose from."""
+    from .engine_cache import code_digest  # noqa: PLC0415
+
+    document = {"steps": _without_provenance(program.steps), "opset": program.opset,
+                "feeds": {name: [list(np.shape(value)), np.asarray(value).dtype.str] for name, value in sorted(feeds.items())}}
+    digest = hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    return TuningKey(CONTEXT_OP, (("steps", len(program.steps)),), ("float32",), (digest,), "", target, code_digest()[:16])
+
+
+PROVENANCE = ("source",)  # how a choice was made (a GEMM variant "tuned" or "cached"), not what runs
+
+
+def _without_provenance(value):
+    if isinstance(value, dict):
+        return {k: _without_provenance(v) for k, v in value.items() if k not in PROVENANCE}
+    if isinstance(value, list):
+        return [_without_provenance(v) for v in value]
+    return value
+
+
+def _context_result(key: TuningKey, best: str, times: dict, wrong: list) -> TuneResult:
+    candidates = [CandidateResult(Config(label), "ok", statistics.median(t), len(t), min(t)) for label, t in times.items()]
+    candidates += [CandidateResult(Config(entry.split(":")[0]), "wrong: " + entry.split(":", 1)[1].strip()[:200]) for entry in wrong]
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return TuneResult(key, Config("none"), Config(best), tuple(candidates), "tuned", date)
 
 
 def _ratio(step: dict) -> float:

@@ -223,3 +223,26 @@ def test_no_fallback_builds_keep_every_step_on_infc(tmp_path):
     meta = read_plan(str(tmp_path / "p.plan")).meta
     assert not any(step.get("tactic") for step in meta["program"])
     assert not any(row["shape"].startswith(("Conv ", "GEMM step")) for row in meta["tuning"])
+
+
+def test_the_context_choice_is_replayed_from_the_timing_cache():
+    """A rebuild keeps the variant the first build chose (TensorRT users know builds that differ from
+    run to run); other feed shapes are another key."""
+    from infc.compiler.autotune.timing_cache import TimingCache
+
+    cache = TimingCache()
+    feeds = {"pixel_values": np.random.default_rng(3).standard_normal((4, 3, 32, 32)).astype(np.float32)}
+    kept = []
+    for _ in range(2):
+        _, program, seen = _program()
+        tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
+                            bench_fn=lambda run: [1e-3])
+        summary = tune_vendor.confirm_in_context(program, feeds, shapes_by_level=seen, budget_s=0.0, cache=cache,
+                                                 target="test")
+        kept.append((summary["kept"], summary["cached"], summary["num_runs"] > 0,
+                     [s.get("tactic_group") for s in program.steps]))
+    assert not kept[0][1] and kept[0][2]  # measured
+    assert kept[1] == (kept[0][0], True, False, kept[0][3])  # replayed: the same marks, nothing timed
+    other = {"pixel_values": feeds["pixel_values"][:2]}
+    _, program, _ = _program()
+    assert str(tune_vendor.context_key(program, other, "test")) != str(tune_vendor.context_key(program, feeds, "test"))
