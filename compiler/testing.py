@@ -69,3 +69,20 @@ def assert_matches_ort(original: onnx.ModelProto, optimized: onnx.ModelProto, se
         assert diff.max_rel_diff <= limit, (
             f"output {diff.name}: max rel diff {diff.max_rel_diff:.3g} > {limit:g} "
             f"(max abs {diff.max_abs_diff:.3g} at index {diff.worst_index})")
+
+
+def lowered_and_observed(model: onnx.ModelProto, feeds_by_level: dict[str, dict[str, np.ndarray]]):
+    """(program, seen): the model optimized and lowered as an fp32 `infc build` does, and per
+    profile level {value: (shape, dtype name)} for every value its sample run at those feeds saw,
+    the graph inputs included (what the build's tuners read)."""
+    from .build import sample_run  # noqa: PLC0415 - the build pulls in the tuners: only tests that lower need it
+    from .graph import import_graph  # noqa: PLC0415
+    from .lower import lower_graph  # noqa: PLC0415
+    from .runtime.kernels import has_kernel  # noqa: PLC0415
+
+    program = lower_graph(import_graph(optimize_model(model).model), has_kernel)
+    seen = {}
+    for level, feeds in feeds_by_level.items():
+        _, shapes = sample_run(program, feeds)
+        seen[level] = {**{name: (tuple(np.shape(v)), np.asarray(v).dtype.name) for name, v in feeds.items()}, **shapes}
+    return program, seen

@@ -24,7 +24,7 @@ from .lower import Program
 # GEMMs (a NaN guard's IsNaN and Where, an embedding's Gather), a QDQ model's quantized values, as
 # well as float32 data
 DTYPES = ("float32", "bool", "int64", "int32", "int8", "uint8")
-from .runtime.executor import SHAPE_SOURCES
+from .runtime.executor import PLAIN, memo_kinds
 from .runtime.vendor_op import bridge_nodes, is_bridge_step
 
 
@@ -51,15 +51,11 @@ def _known_to_onnxruntime(step: dict, opset: int) -> bool:
 
 def _shape_steps(program: Program) -> set[int]:
     """Steps that compute from weights and input shapes only (an exporter's Shape -> Gather ->
-    Concat chains): the executor runs them once per input shapes (runtime/executor.py), so they
-    gain nothing inside a session, which would recompute them on every run."""
-    static, found = set(program.weights), set()
-    for index, step in enumerate(program.steps):
-        if ((step.get("domain") or ""), step["op"]) in SHAPE_SOURCES or all(
-                name in static for name in step["inputs"] if name):
-            static.update(name for name in step["outputs"] if name)
-            found.add(index)
-    return found
+    Concat chains): the executor runs them once per input shapes (runtime/executor.memo_kinds), so
+    they gain nothing inside a session, which would recompute them on every run."""
+    kinds = memo_kinds([(((s.get("domain") or ""), s["op"]), s["inputs"], s["outputs"]) for s in program.steps],
+                       set(program.weights), {o["name"] for o in program.outputs})
+    return {index for index, kind in enumerate(kinds) if kind != PLAIN}
 
 
 def bridge_candidates(program: Program, shapes_by_level: dict) -> set[int]:

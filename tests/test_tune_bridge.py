@@ -9,15 +9,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from infc.compiler import tune_vendor
-from infc.compiler.build import sample_run
-from infc.compiler.graph import import_graph
-from infc.compiler.lower import lower_graph
-from infc.compiler.optimize import optimize_model
 from infc.compiler.runtime.executor import Executor
-from infc.compiler.runtime.kernels import has_kernel
 from infc.compiler.runtime.vendor_op import TACTIC, is_vendor_step
 from infc.compiler.tune_bridge import bridge_candidates, input_dtypes, with_bridges
 from infc.compiler.tune_vendor import tune_vendor_tactics
+from infc.compiler.testing import lowered_and_observed
 from infc.compiler.verify import compare_outputs, ort_session
 
 SHAPES = {"min": (1, 3, 16, 16), "opt": (2, 3, 16, 16), "max": (3, 3, 16, 16)}
@@ -57,15 +53,14 @@ def _model(opset: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
+def _observed(model):
+    return lowered_and_observed(model, {level: {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+                                        for level, shape in SHAPES.items()})
+
+
 def _program(opset: int):
     model = _model(opset)
-    program = lower_graph(import_graph(optimize_model(model).model), has_kernel)
-    seen = {}
-    for level, shape in SHAPES.items():
-        feeds = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
-        _, shapes = sample_run(program, feeds)
-        seen[level] = {"x": (shape, "float32"), **shapes}
-    return model, program, seen
+    return (model, *_observed(model))
 
 
 @pytest.fixture(autouse=True)
@@ -190,10 +185,8 @@ def test_shape_chains_stay_with_the_executor_memo():
     a session would recompute it on every run, so none of its steps bridges (bert_ts)."""
     from infc.compiler.testing import FIXTURES
 
-    program = lower_graph(import_graph(optimize_model(onnx.load(str(FIXTURES / "bert_ts.onnx"))).model), has_kernel)
     feeds = {"input_ids": np.random.default_rng(2).integers(0, 100, (2, 16)), "attention_mask": np.ones((2, 16), np.int64)}
-    _, shapes = sample_run(program, feeds)
-    seen = {"opt": {**{n: (v.shape, v.dtype.name) for n, v in feeds.items()}, **shapes}}
+    program, seen = lowered_and_observed(onnx.load(str(FIXTURES / "bert_ts.onnx")), {"opt": feeds})
     bridges = bridge_candidates(program, seen)
     from infc.compiler.runtime.executor import SOURCE, STATIC
 
@@ -230,11 +223,7 @@ def test_a_qdq_pair_between_convolutions_bridges_and_matches_onnxruntime():
     at = list(graph.node).index(conv2)
     graph.node.insert(at, helper.make_node("DequantizeLinear", ["a1_q", "scale", "zero"], ["a1_dq"]))
     graph.node.insert(at, helper.make_node("QuantizeLinear", ["a1", "scale", "zero"], ["a1_q"]))
-    program = lower_graph(import_graph(optimize_model(model).model), has_kernel)
-    seen = {}
-    for level, shape in SHAPES.items():
-        _, shapes = sample_run(program, {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)})
-        seen[level] = {"x": (shape, "float32"), **shapes}
+    program, seen = _observed(model)
     marked = _marked(program, seen)
     bridges = bridge_candidates(program, seen)
     assert {"QuantizeLinear", "DequantizeLinear"} <= {program.steps[i]["op"] for i in bridges}

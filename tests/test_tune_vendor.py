@@ -14,7 +14,7 @@ from infc.compiler.optimize import optimize_model
 from infc.compiler.runtime.executor import Executor
 from infc.compiler.runtime.kernels import has_kernel
 from infc.compiler.runtime.vendor_op import TACTIC, is_conv_step
-from infc.compiler.testing import FIXTURES
+from infc.compiler.testing import FIXTURES, lowered_and_observed
 from infc.compiler.tune_vendor import tune_vendor_tactics
 from infc.compiler.verify import compare_outputs, ort_session
 
@@ -23,13 +23,9 @@ SHAPES = {"min": (1, 3, 32, 32), "opt": (4, 3, 32, 32), "max": (6, 3, 32, 32)}  
 
 def _program(name="cnn_ts.onnx"):
     model = onnx.load(str(FIXTURES / name))
-    program = lower_graph(import_graph(optimize_model(model).model), has_kernel)
-    seen = {}
-    for level, shape in SHAPES.items():
-        feeds = {"pixel_values": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
-        _, shapes = sample_run(program, feeds)
-        seen[level] = {"pixel_values": (shape, "float32"), **shapes}
-    return model, program, seen
+    return (model, *lowered_and_observed(model, {
+        level: {"pixel_values": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+        for level, shape in SHAPES.items()}))
 
 
 def _run(program, feeds):

@@ -172,16 +172,9 @@ class Executor:
                 self._steps[index].frees.append(name)
 
     def _classify(self) -> None:
-        static = set(self._weights)
-        outputs = set(self.output_names)
-        for step in self._steps:
-            if step.key in SHAPE_SOURCES:
-                step.kind = SOURCE
-                static.update(n for n in step.outputs if n)
-            elif (step.key not in VOLATILE and step.key[1] != ISLAND_OP and all(n in static for n in step.inputs if n)
-                  and not any(n in outputs for n in step.outputs)):
-                step.kind = STATIC
-                static.update(n for n in step.outputs if n)
+        kinds = memo_kinds([(s.key, s.inputs, s.outputs) for s in self._steps], set(self._weights), set(self.output_names))
+        for step, kind in zip(self._steps, kinds):
+            step.kind = kind
         # Segments run between SOURCE steps under one shape state, so their static steps hit or miss
         # the memo together: on a hit, a static value read only by static steps of its own segment
         # need not be put in place at all.
@@ -384,6 +377,24 @@ def _graph_inputs(steps: list[dict], weights: dict) -> list[str]:
                 needed.append(name)
         produced.update(n for n in step["outputs"] if n)
     return needed
+
+
+def memo_kinds(steps, weights: set[str], outputs: set[str]) -> list[int]:
+    """Each step's kind, from (key, inputs, outputs) triples in program order: SOURCE (reads only
+    an input's shape), STATIC (reads only weights and SOURCE/STATIC values: run once per distinct
+    input shapes and memoized; not a program output, nothing random, not an island) or PLAIN."""
+    static, kinds = set(weights), []
+    for key, inputs, produced in steps:
+        kind = PLAIN
+        if key in SHAPE_SOURCES:
+            kind = SOURCE
+        elif (key not in VOLATILE and key[1] != ISLAND_OP and all(n in static for n in inputs if n)
+              and not any(n in outputs for n in produced)):
+            kind = STATIC
+        if kind != PLAIN:
+            static.update(n for n in produced if n)
+        kinds.append(kind)
+    return kinds
 
 
 def _island_runner(model_bytes: bytes, input_names, output_names) -> Callable:
