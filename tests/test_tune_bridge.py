@@ -68,6 +68,14 @@ def time_every_convolution(monkeypatch):
     monkeypatch.setattr(tune_vendor, "MIN_MACS", 0)  # the model's convolutions are all small
 
 
+def _assert_matches_onnxruntime(model, executor, names, batch: int, seed: int, rtol: float = 1e-5):
+    feeds = {"x": np.random.default_rng(seed).standard_normal((batch, 3, 16, 16)).astype(np.float32)}
+    actual = [executor.run(feeds)[n] for n in names]
+    expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
+    for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
+        assert diff.max_rel_diff < rtol, diff
+
+
 def _marked(program, seen):
     tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
                         bench_fn=lambda run: [1e-3])  # ties: onnxruntime keeps every convolution
@@ -91,11 +99,7 @@ def test_bridges_make_the_whole_program_one_session_that_matches_onnxruntime(ops
     assert len(executor._steps) == 1 and executor._spin  # the program's only session spins, as onnxruntime's own
     assert executor._steps[0].label.startswith(f"{len(program.steps)} steps in one onnxruntime session")
     assert not Executor(steps, program.weights, program.opset, program.islands, trial=True)._spin
-    feeds = {"x": np.random.default_rng(7).standard_normal((2, 3, 16, 16)).astype(np.float32)}
-    actual = [executor.run(feeds)[n] for n in names]
-    expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
-    for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
-        assert diff.max_rel_diff < 1e-5, diff
+    _assert_matches_onnxruntime(model, executor, names, batch=2, seed=7)
 
 
 def test_the_context_check_times_each_subset_with_its_bridges():
@@ -150,11 +154,7 @@ def test_a_session_onnxruntime_refuses_at_load_runs_on_infc_kernels(capsys):
     assert len(executor.notes) == 1 and "does not load here" in executor.notes[0]
     assert "warning: onnxruntime tactic" in capsys.readouterr().err
     assert not any("onnxruntime" in s.label for s in executor._steps)
-    feeds = {"x": np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32)}
-    actual = [executor.run(feeds)[n] for n in names]
-    expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
-    for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
-        assert diff.max_rel_diff < 1e-5, diff
+    _assert_matches_onnxruntime(model, executor, names, batch=1, seed=5)
 
 
 def test_inspect_counts_timed_steps_and_bridges():
@@ -231,8 +231,4 @@ def test_a_qdq_pair_between_convolutions_bridges_and_matches_onnxruntime():
     names = [o["name"] for o in program.outputs]
     executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
     assert len(executor._steps) == 1
-    feeds = {"x": np.random.default_rng(7).standard_normal((2, 3, 16, 16)).astype(np.float32)}
-    actual = [executor.run(feeds)[n] for n in names]
-    expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
-    for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
-        assert diff.max_rel_diff < tune_vendor.AGREE_RTOL_QUANTIZED, diff
+    _assert_matches_onnxruntime(model, executor, names, batch=2, seed=7, rtol=tune_vendor.AGREE_RTOL_QUANTIZED)
