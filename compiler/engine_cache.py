@@ -7,6 +7,7 @@ plan, so a miss can say which one changed since the last build of the same model
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -25,12 +26,11 @@ PACKAGE_ROOT = Path(__file__).resolve().parent.parent  # the infc package (pypro
 CODE_FOLDERS = ("compiler", "profiles")  # what a build reads besides the model: its code and default profiles
 
 
+@functools.cache  # hashed once a process
 def code_digest() -> str:
     """sha256 over infc's own source (and onnxruntime's version, which the vendor tactics and islands
     run): an install from a checkout keeps its version number while the code under it changes, and
     a plan built by other code is not what this key promises."""
-    if _CODE_DIGEST:
-        return _CODE_DIGEST[0]
     import onnxruntime  # noqa: PLC0415
 
     digest = hashlib.sha256(f"onnxruntime={onnxruntime.__version__}".encode())
@@ -40,11 +40,7 @@ def code_digest() -> str:
     for path in files:
         digest.update(str(path.relative_to(PACKAGE_ROOT)).encode())
         digest.update(path.read_bytes() if path.is_file() else b"")
-    _CODE_DIGEST.append(digest.hexdigest())
-    return _CODE_DIGEST[0]
-
-
-_CODE_DIGEST: list[str] = []
+    return digest.hexdigest()
 
 
 def default_cache_dir() -> Path:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import functools
 
 from .lower import Program
+from .runtime.executor import PLAIN, memo_kinds
+from .runtime.vendor_op import bridge_nodes, is_bridge_step
 
 # What a bridge may read and write (weights aside): the masks and indices between a transformer's
 # GEMMs (a NaN guard's IsNaN and Where, an embedding's Gather), a QDQ model's quantized values, as
 # well as float32 data
 DTYPES = ("float32", "bool", "int64", "int32", "int8", "uint8")
-from .runtime.executor import PLAIN, memo_kinds
-from .runtime.vendor_op import bridge_nodes, is_bridge_step
 
 
 @functools.cache

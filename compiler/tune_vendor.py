@@ -336,8 +336,7 @@ AGREE_ATOL_FLOOR = 8 * float(np.finfo(np.float32).eps)
 # a rounding boundary flips a value by a whole step, which later layers carry to the outputs (a QDQ
 # ResNet-50: about 4e-3 between infc and onnxruntime, as between any two correct float kernels)
 AGREE_RTOL_QUANTIZED = 1e-2
-QUANTIZING_OPS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
-                            "ConvInteger"})
+QUANTIZING_OPS = INTEGER_STEPS | {"QuantizeLinear", "DynamicQuantizeLinear"}
 
 
 def _agrees(outputs: dict, reference: dict, names: list[str], rtol: float = AGREE_RTOL) -> bool:

@@ -121,11 +121,11 @@ class Executor:
         """The step prepared; a step (or a run of them) the build gave to onnxruntime whose session
         this onnxruntime will not load (another version than the build's, say) runs on infc's
         kernels instead: slower than planned, never wrong or refused."""
-        if not step.get("tactic") and step["op"] != GROUP_OP:
-            return [self._prepare(step, islands)]
         try:
             return [self._prepare(step, islands)]
         except Exception as exc:  # noqa: BLE001 - onnxruntime's errors have no common base
+            if not step.get("tactic") and step["op"] != GROUP_OP:
+                raise
             members = step.get("members") or [step]
             reason = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
             self.notes.append(f"onnxruntime tactic '{step.get('name', step['op'])}' ({len(members)} steps): its session "
