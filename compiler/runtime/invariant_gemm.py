@@ -9,16 +9,25 @@ fused multiply-adds over K whatever M is.
 So `row_invariant_product(a, w, rows_from)` runs one fixed recipe: BLAS on one thread, the columns
 of `w` split into blocks chosen from (K, N) alone (two cores share them), and fewer rows than
 `rows_from` padded with zero rows up to it. `min_rows(w)` finds that threshold for the weight's
-shape by probing the recipe on seeded random rows against a reference product of R rows: every row
+shape by probing the recipe on seeded random rows and a random weight of its layout against a reference product of R rows: every row
 count from 1 to 16, then steps of 1.5x up to R, each compared bit for bit with the reference's
 first rows; the regime change after the last disagreeing probe is then pinned by bisection
 (thresholds are on M*N*K, so agreement is monotone in M). R is 100 rows, or more for small weights
 so that the reference itself reaches M*N*K = 2^26 (64x OpenBLAS's small-matrix bound), up to 4096.
 Row counts above R are not probed: they stay on the blocked path the reference is on.
 
-A shape whose threshold would pad every call to more than 16 rows and 8M multiply-adds gets None:
-the caller runs it in float64 instead (kernels/batch_invariant.py). The probe runs once per weight
+A shape whose threshold would pad every call to more than 16 rows and 8M multiply-adds gets None,
+unless the chain kernel (below) serves the rows under it: the caller runs it in float64 instead (kernels/batch_invariant.py). The probe runs once per weight
 shape and process: a few hundred rows of the GEMM (0.4 s for a 576 x 49152 LM head).
+
+Decode steps have few rows, and padding them into the blocked GEMM costs 2-5x a GEMV. So the probe
+also looks for the blocked GEMM's K blocking (runtime/chain_gemm.py reproduces its sums without
+packing the weight): the candidate cuts of K are tried on one reference row, the likeliest first and
+the cut that matched the last shape before all, and the one that matches is checked on CHAIN_ROWS
+rows. Up to CHAIN_ROWS rows, and any count under the threshold, then run on that kernel,
+bit-identical to the recipe; shapes where no cut matched keep the recipe. Matched here: OpenBLAS's
+SkylakeX SGEMM. Not matched: its Haswell kernels (their rows differ with M at any size, so those
+shapes run in float64) and Sandybridge's (no fused multiply-add).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import threading
 import numpy as np
 
 from .gemm_impls import blas_threads, parallel_for
+from .chain_gemm import candidate_rules, chain_product
 
 DENSE_PROBES = tuple(range(1, 17))  # the GEMV and smallest-kernel thresholds live here
 GROWTH = 1.5  # then probes every 1.5x up to the reference
@@ -37,8 +47,13 @@ PROBE_MACS = 1 << 26  # small weights get a reference this large, past any small
 PAD_MAX_MACS = 1 << 23  # padding that would cost more than this per call: float64 instead
 SPLIT_MIN_ELEMENTS = 1 << 18  # weights from 1 MB are split in column blocks between two cores
 BLOCK_ALIGN = 64  # column block edges on whole vector tiles
+CHAIN_ROWS = 8  # up to this many rows run on the chain kernel (measured: faster than the padded GEMM)
+CHAIN_RULES_TRIED = 48  # distinct cuts of K tried at least, before the chain kernel is given up
+CHAIN_PROBE_MACS = 1 << 29  # and more while their one-row trials stay within this many multiply-adds
 
 _MIN_ROWS: dict[tuple, int | None] = {}
+_CHAIN_EDGES: dict[tuple, np.ndarray | None] = {}  # same keys: the K cut the chain kernel reproduces
+_LAST_RULE: list = [None]  # (depth, unroll) that matched last: other shapes try it first
 _LOCK = threading.Lock()
 
 
@@ -73,26 +88,66 @@ def probe_rows(reference: int) -> list[int]:
     return [r for r in rows if r < reference]
 
 
-def _probe(w: np.ndarray) -> int | None:
+def _chain_edges(w: np.ndarray, x: np.ndarray, reference: np.ndarray) -> np.ndarray | None:
+    """The cut of K under which the chain kernel gives the blocked GEMM's rows bit for bit, or None."""
+    blocks = column_blocks(*w.shape)
+    rows = min(CHAIN_ROWS, len(x))
+    tried = max(CHAIN_RULES_TRIED, CHAIN_PROBE_MACS // w.size)
+    for rule, edges in candidate_rules(w.shape[0], _LAST_RULE[0])[:tried]:
+        edges = np.asarray(edges, np.int64)
+        one = chain_product(x[:1], w, edges, blocks, np.empty((1, w.shape[1]), np.float32))
+        if one is None:
+            return None  # compiled kernels are off
+        if np.array_equal(one, reference[:1]):
+            several = chain_product(x[:rows], w, edges, blocks, np.empty((rows, w.shape[1]), np.float32))
+            if several is not None and np.array_equal(several, reference[:rows]):
+                _LAST_RULE[0] = rule
+                return edges
+            return None
+    return None
+
+
+def _probe_weight(w: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A random weight laid out as `w`: the result holds for every weight of the shape and layout
+    (the key), so a zero or integer weight, whose sums come out equal in any order, must not decide it."""
+    if w.flags.c_contiguous or w.flags.f_contiguous:
+        random = rng.standard_normal(w.shape, dtype=np.float32)
+        return random if w.flags.c_contiguous else np.asfortranarray(random)
+    return w  # another layout: BLAS reads its strides, which a copy would not keep
+
+
+def _probe(w: np.ndarray) -> tuple[int | None, np.ndarray | None]:
+    """(rows from which the recipe is row-invariant, or None; the chain kernel's cut of K, or None).
+    A threshold too costly to pad up to is usable when the chain kernel covers the rows below it."""
     k, n = w.shape
     count = reference_rows(k, n)
-    x = np.random.default_rng(0).standard_normal((count, k)).astype(np.float32)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((count, k)).astype(np.float32)
+    w = _probe_weight(w, rng)
     reference = _product(x, w, np.empty((count, n), np.float32))
+    threshold = _threshold(w, x, reference)
+    edges = _chain_edges(w, x, reference)
+    if edges is None and threshold > DENSE_PROBES[-1] and threshold * k * n > PAD_MAX_MACS:
+        return None, None
+    return threshold, edges
+
+
+def _threshold(w: np.ndarray, x: np.ndarray, reference: np.ndarray) -> int:
+    """The fewest rows from which the recipe's rows equal the reference's (searched as above)."""
+    n = w.shape[1]
 
     def agrees(m: int) -> bool:
         return np.array_equal(_product(x[:m], w, np.empty((m, n), np.float32)), reference[:m])
 
-    probes = probe_rows(count)
+    probes = probe_rows(len(x))
     disagree = [m for m in probes if not agrees(m)]
     if not disagree:
         return 1
     low = disagree[-1]
-    high = next((m for m in probes if m > low), count)  # agrees (or is the reference)
+    high = next((m for m in probes if m > low), len(x))  # agrees (or is the reference)
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (low, middle) if agrees(middle) else (middle, high)
-    if high > DENSE_PROBES[-1] and high * k * n > PAD_MAX_MACS:
-        return None
     return high
 
 
@@ -102,7 +157,7 @@ def min_rows(w: np.ndarray) -> int | None:
     if key not in _MIN_ROWS:
         with _LOCK:
             if key not in _MIN_ROWS:
-                _MIN_ROWS[key] = _probe(w)
+                _MIN_ROWS[key], _CHAIN_EDGES[key] = _probe(w)
     return _MIN_ROWS[key]
 
 
@@ -113,13 +168,28 @@ def verified_shapes() -> dict[tuple[int, int], int | None]:
 
 def gemm_invariance_report() -> dict[str, str]:
     """For `infc run --json`: each weight shape probed so far, "KxN", and how it runs."""
-    return {f"{k}x{n}": (f"float32, from {rows} rows" if rows else "float64 (the probe found no usable threshold)")
-            for (k, n), rows in sorted(verified_shapes().items())}
+    chained = {key[0] for key, edges in _CHAIN_EDGES.items() if edges is not None}
+
+    def how(shape, rows):
+        if not rows:
+            return "float64 (the probe found no usable threshold)"
+        chain = f"; 1-{max(CHAIN_ROWS, rows - 1)} rows on the chain kernel" if shape in chained else ""
+        return f"float32, from {rows} rows{chain}"
+
+    return {f"{k}x{n}": how((k, n), rows) for (k, n), rows in sorted(verified_shapes().items())}
 
 
 def row_invariant_product(a: np.ndarray, w: np.ndarray, rows_from: int) -> np.ndarray:
-    """a [M, K] @ w [K, N] in float32 by the fixed recipe, M padded up to `rows_from` (min_rows)."""
+    """a [M, K] @ w [K, N] in float32 by the fixed recipe, M padded up to `rows_from` (min_rows);
+    few rows, or fewer than `rows_from`, on the chain kernel where the probe matched it."""
     m = a.shape[0]
+    if m <= CHAIN_ROWS or m < rows_from:
+        edges = _CHAIN_EDGES.get((w.shape, w.strides))
+        if edges is not None:
+            out = chain_product(np.ascontiguousarray(a), w, edges, column_blocks(*w.shape),
+                                np.empty((m, w.shape[1]), np.float32))
+            if out is not None:
+                return out
     if m >= rows_from:
         return _product(np.ascontiguousarray(a), w, np.empty((m, w.shape[1]), np.float32))
     padded = np.zeros((rows_from, a.shape[1]), np.float32)

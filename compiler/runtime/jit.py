@@ -31,6 +31,9 @@ _OFF = [os.environ.get("INFC_JIT", "1").strip().lower() in ("0", "false", "off",
 
 # reassociation lets LLVM vectorize reductions; no 'nnan'/'ninf': NaN and Inf keep their meaning
 FASTMATH = {"reassoc", "contract"}
+# multiply-adds fuse but keep their order: kernels that must reproduce another library's sums bit
+# for bit (runtime/chain_gemm.py)
+IN_ORDER = {"contract"}
 
 
 def _numba():
@@ -67,10 +70,11 @@ class Kernel:
     """A Python function compiled on first use: `kernel.get()` is the compiled dispatcher, or None
     when compiled kernels are off (the caller then takes its NumPy path)."""
 
-    __slots__ = ("fn", "_compiled")
+    __slots__ = ("fn", "fastmath", "_compiled")
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, fastmath: set[str] = FASTMATH):
         self.fn = fn
+        self.fastmath = fastmath
         self._compiled = None
 
     def get(self):
@@ -83,12 +87,15 @@ class Kernel:
                 return None
             with _LOCK:
                 if self._compiled is None:
-                    self._compiled = numba.njit(self.fn, cache=True, nogil=True, fastmath=FASTMATH,
+                    self._compiled = numba.njit(self.fn, cache=True, nogil=True, fastmath=self.fastmath,
                                                 boundscheck=False, error_model="numpy")
             compiled = self._compiled
         return compiled
 
 
-def jit(fn: Callable) -> Kernel:
-    """Decorator: the function becomes a `Kernel` (see the module docstring for the rules)."""
-    return Kernel(fn)
+def jit(fn: Callable | None = None, *, fastmath: set[str] = FASTMATH):
+    """Decorator, bare or with `fastmath=`: the function becomes a `Kernel` (see the module
+    docstring for the rules)."""
+    if fn is None:
+        return lambda f: Kernel(f, fastmath)
+    return Kernel(fn, fastmath)

@@ -1,0 +1,110 @@
+"""A compiled skinny GEMM whose sums are the blocked BLAS GEMM's, bit for bit (decoder plans, M <= 8).
+
+Why: a decoder step's GEMMs have one row per running sequence. To keep a sequence's logits
+independent of its batch, runtime/invariant_gemm.py runs every row count through the BLAS blocked
+GEMM, padding small ones up to the shape's threshold; for one row that costs 2-5x a GEMV, because
+the GEMM packs the whole weight on every call. This kernel computes what the blocked GEMM computes
+without packing, streaming the weight once.
+
+What the blocked GEMM computes (OpenBLAS's level-3 driver, checked on this machine): K is cut into
+blocks by a rule of (K, Q, U) alone, Q and U being the library's block depth and unroll; within a
+block every output element is one chain of fused multiply-adds in k order, starting from zero, and
+the blocks' chains are added to the output in order. This kernel does the same: `IN_ORDER`
+fastmath lets LLVM fuse each multiply-add and vectorize across output columns, never reorder.
+invariant_gemm finds the block rule by comparing against the BLAS itself and uses this kernel only
+for shapes where it matched bit for bit; everything else keeps the BLAS recipe.
+
+The inner loop takes four k steps per pass over a tile of columns (each element's chain stays in k
+order; the accumulator row is read and written once per four steps) and tiles the columns so a
+tile's accumulators and weight rows stay in L1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .gemm_impls import parallel_for
+from .jit import IN_ORDER, jit
+
+TILE = 1024  # columns per tile: 4 weight rows + 8 accumulator rows of it fit in L1
+# OpenBLAS's SGEMM block depths (GEMM_Q) on the cores it ships kernels for, tried first
+COMMON_DEPTHS = (448, 384, 256, 512, 320, 640, 768, 192, 128, 1024, 352, 224, 240, 480)
+UNROLLS = (1, 2, 4, 8, 16, 32, 64)
+
+
+@jit(fastmath=IN_ORDER)
+def _chain_columns(a, w, bounds, n0, n1, out):
+    """out[:, n0:n1] = a @ w[:, n0:n1], each element summed block by block as the blocked GEMM does."""
+    rows = a.shape[0]
+    acc = np.empty((rows, TILE), np.float32)
+    for t0 in range(n0, n1, TILE):
+        width = min(TILE, n1 - t0)
+        for m in range(rows):
+            for j in range(width):
+                out[m, t0 + j] = 0.0
+        for b in range(len(bounds) - 1):
+            for m in range(rows):
+                for j in range(width):
+                    acc[m, j] = 0.0
+            k, end = bounds[b], bounds[b + 1]
+            while k + 4 <= end:
+                w0, w1 = w[k, t0:t0 + width], w[k + 1, t0:t0 + width]
+                w2, w3 = w[k + 2, t0:t0 + width], w[k + 3, t0:t0 + width]
+                for m in range(rows):
+                    x0, x1, x2, x3 = a[m, k], a[m, k + 1], a[m, k + 2], a[m, k + 3]
+                    row = acc[m]
+                    for j in range(width):
+                        row[j] = (((row[j] + x0 * w0[j]) + x1 * w1[j]) + x2 * w2[j]) + x3 * w3[j]
+                k += 4
+            while k < end:
+                w0 = w[k, t0:t0 + width]
+                for m in range(rows):
+                    x0 = a[m, k]
+                    row = acc[m]
+                    for j in range(width):
+                        row[j] = row[j] + x0 * w0[j]
+                k += 1
+            for m in range(rows):
+                for j in range(width):
+                    out[m, t0 + j] += acc[m, j]
+
+
+def k_blocks(k: int, depth: int, unroll: int) -> tuple[int, ...]:
+    """Block edges of K under OpenBLAS's rule: whole blocks of `depth` while at least two remain,
+    then the rest in one block, or in two halves (rounded up to `unroll`) when it exceeds `depth`."""
+    edges, start = [0], 0
+    while start < k:
+        size = k - start
+        if size >= 2 * depth:
+            size = depth
+        elif size > depth:
+            size = min(size, -(-(size // 2) // unroll) * unroll)  # a large unroll cannot overrun K
+        start += size
+        edges.append(start)
+    return tuple(edges)
+
+
+def candidate_rules(k: int, first: tuple[int, int] | None = None) -> list[tuple[tuple[int, int], tuple[int, ...]]]:
+    """((depth, unroll), edges) for every distinct way the rule can cut K, likeliest first."""
+    depths = list(COMMON_DEPTHS) + [d for d in range(8, 2 * k + 8, 8) if d not in COMMON_DEPTHS]
+    rules = ([first] if first else []) + [(d, u) for d in depths for u in UNROLLS]
+    seen, out = set(), []
+    for depth, unroll in rules:
+        edges = k_blocks(k, depth, unroll)
+        if edges not in seen:
+            seen.add(edges)
+            out.append(((depth, unroll), edges))
+    return out
+
+
+def chain_product(a: np.ndarray, w: np.ndarray, edges: np.ndarray, blocks, out: np.ndarray) -> np.ndarray | None:
+    """a [M, K] @ w [K, N] into out [M, N], K cut at `edges`, columns in `blocks` (shared with the
+    helper thread); None when compiled kernels are off (the caller keeps the BLAS recipe)."""
+    kernel = _chain_columns.get()
+    if kernel is None:
+        return None
+    if len(blocks) == 1:
+        kernel(a, w, edges, 0, w.shape[1], out)
+    else:
+        parallel_for(len(blocks), lambda i: kernel(a, w, edges, blocks[i][0], blocks[i][1], out))
+    return out

@@ -1,0 +1,97 @@
+"""The chain kernel (runtime/chain_gemm.py): decode-sized GEMMs of decoder plans computed as the BLAS
+blocked GEMM computes them, bit for bit, without packing the weight. The probe finds a simulated
+BLAS's cut of K, refuses a BLAS no cut reproduces, and on this machine's OpenBLAS the chain rows
+equal the blocked GEMM's whatever the row count, with compiled kernels on or off."""
+
+import numpy as np
+import pytest
+import threadpoolctl
+
+from infc.compiler.runtime import chain_gemm, invariant_gemm, jit
+
+
+@pytest.fixture(autouse=True)
+def fresh_probes(monkeypatch):
+    monkeypatch.setattr(invariant_gemm, "_MIN_ROWS", {})
+    monkeypatch.setattr(invariant_gemm, "_CHAIN_EDGES", {})
+    monkeypatch.setattr(invariant_gemm, "_LAST_RULE", [None])
+
+
+needs_jit = pytest.mark.skipif(not jit.enabled(), reason="compiled kernels are off or numba is missing")
+
+
+def test_the_k_rule_is_openblas_and_never_overruns():
+    assert chain_gemm.k_blocks(1536, 448, 1) == (0, 448, 896, 1216, 1536)  # 640 left: two halves
+    assert chain_gemm.k_blocks(576, 448, 1) == (0, 288, 576)
+    assert chain_gemm.k_blocks(300, 448, 8) == (0, 300)
+    assert chain_gemm.k_blocks(450, 448, 64) == (0, 256, 450)  # the half rounded up to the unroll
+    for k in range(1, 3000, 37):
+        for depth in (8, 24, 448):
+            for unroll in chain_gemm.UNROLLS:
+                edges = chain_gemm.k_blocks(k, depth, unroll)
+                assert edges[0] == 0 and edges[-1] == k and all(b > a for a, b in zip(edges, edges[1:]))
+
+
+@needs_jit
+@pytest.mark.parametrize("depth, unroll", [(200, 8), (96, 1), (2048, 1)])
+def test_the_probe_finds_a_simulated_blas_k_blocking(depth, unroll, monkeypatch):
+    k, n = 1000, 96
+    cut = np.asarray(chain_gemm.k_blocks(k, depth, unroll), np.int64)
+
+    def fake_blas(a, w, out):  # sums as a blocked GEMM with this cut would
+        return chain_gemm.chain_product(np.ascontiguousarray(a), w, cut, invariant_gemm.column_blocks(k, n), out)
+
+    monkeypatch.setattr(invariant_gemm, "_product", fake_blas)
+    w = np.random.default_rng(1).standard_normal((k, n)).astype(np.float32)
+    assert invariant_gemm.min_rows(w) == 1
+    assert np.array_equal(invariant_gemm._CHAIN_EDGES[(w.shape, w.strides)], cut)
+    assert "1-8 rows on the chain kernel" in invariant_gemm.gemm_invariance_report()[f"{k}x{n}"]
+
+
+@needs_jit
+def test_a_blas_no_cut_reproduces_keeps_the_recipe(monkeypatch):
+    def float64_blas(a, w, out):  # rounds once per element: no chain of float32 multiply-adds does
+        out[...] = (a.astype(np.float64) @ w.astype(np.float64)).astype(np.float32)
+        return out
+
+    monkeypatch.setattr(invariant_gemm, "_product", float64_blas)
+    w = np.random.default_rng(2).standard_normal((300, 64)).astype(np.float32)
+    assert invariant_gemm.min_rows(w) == 1
+    assert invariant_gemm._CHAIN_EDGES[(w.shape, w.strides)] is None
+    a = np.random.default_rng(3).standard_normal((3, 300)).astype(np.float32)
+    assert np.array_equal(invariant_gemm.row_invariant_product(a, w, 1), float64_blas(a, w, np.empty((3, 64), np.float32)))
+
+
+def test_a_zero_weight_does_not_decide_for_its_shape(rng):
+    """Sums of zeros agree in any order; the probe runs on a random weight of the same layout."""
+    zeros = np.zeros((1536, 576), np.float32)
+    rows_from = invariant_gemm.min_rows(zeros)
+    w = rng.standard_normal(zeros.shape).astype(np.float32)
+    x = rng.standard_normal((40, 1536)).astype(np.float32)
+    full = invariant_gemm.row_invariant_product(x, w, rows_from)
+    for m in (1, 2, 5, 8, 13):
+        assert np.array_equal(invariant_gemm.row_invariant_product(x[:m], w, rows_from), full[:m])
+
+
+def _openblas_skylakex() -> bool:
+    return any(lib.get("internal_api") == "openblas" and lib.get("architecture") == "SkylakeX"
+               for lib in threadpoolctl.threadpool_info())
+
+
+@needs_jit
+@pytest.mark.parametrize("k, n", [(576, 960), (1536, 576), (64, 4096), (2500, 128)])
+def test_chain_rows_are_the_blocked_gemm_rows_on_this_blas(k, n, rng):
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    rows_from = invariant_gemm.min_rows(w)
+    edges = invariant_gemm._CHAIN_EDGES[(w.shape, w.strides)]
+    if edges is None:
+        assert not _openblas_skylakex(), "OpenBLAS's SkylakeX SGEMM is reproduced on this project's machines"
+        pytest.skip("this BLAS's blocked GEMM is not reproduced here: the padded recipe serves")
+    x = rng.standard_normal((300, k)).astype(np.float32)
+    blocked = invariant_gemm._product(x, w, np.empty((300, n), np.float32))  # past every threshold
+    for m in (1, 2, 3, 7, 8):
+        start = (m * 11) % 200
+        chained = invariant_gemm.row_invariant_product(x[start:start + m], w, rows_from)
+        assert np.array_equal(chained, blocked[start:start + m]), f"{m} rows"
+        with jit.disabled():  # the recipe gives the same bits
+            assert np.array_equal(invariant_gemm.row_invariant_product(x[start:start + m], w, rows_from), chained)
