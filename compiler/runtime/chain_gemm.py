@@ -15,8 +15,10 @@ invariant_gemm finds the block rule by comparing against the BLAS itself and use
 for shapes where it matched bit for bit; everything else keeps the BLAS recipe.
 
 The inner loop takes four k steps per pass over a tile of columns (each element's chain stays in k
-order; the accumulator row is read and written once per four steps) and tiles the columns so a
-tile's accumulators and weight rows stay in L1.
+order; the accumulator row is read and written once per four steps), two rows at a time (they share
+the weight loads), and tiles the columns so a tile's accumulators and weight rows stay in L1.
+Measured against the padded recipe (1-thread BLAS per column block, 576 x 49152 and 576 x 3072):
+1 row 1.5-2.5x faster, 8 rows 1.2x; from 16 rows the BLAS GEMM is faster.
 """
 
 from __future__ import annotations
@@ -50,11 +52,22 @@ def _chain_columns(a, w, bounds, n0, n1, out):
             while k + 4 <= end:
                 w0, w1 = w[k, t0:t0 + width], w[k + 1, t0:t0 + width]
                 w2, w3 = w[k + 2, t0:t0 + width], w[k + 3, t0:t0 + width]
-                for m in range(rows):
+                m = 0
+                while m + 2 <= rows:  # two rows share each weight load
                     x0, x1, x2, x3 = a[m, k], a[m, k + 1], a[m, k + 2], a[m, k + 3]
-                    row = acc[m]
+                    y0, y1, y2, y3 = a[m + 1, k], a[m + 1, k + 1], a[m + 1, k + 2], a[m + 1, k + 3]
+                    r0, r1 = acc[m], acc[m + 1]
                     for j in range(width):
-                        row[j] = (((row[j] + x0 * w0[j]) + x1 * w1[j]) + x2 * w2[j]) + x3 * w3[j]
+                        v0, v1, v2, v3 = w0[j], w1[j], w2[j], w3[j]
+                        r0[j] = (((r0[j] + x0 * v0) + x1 * v1) + x2 * v2) + x3 * v3
+                        r1[j] = (((r1[j] + y0 * v0) + y1 * v1) + y2 * v2) + y3 * v3
+                    m += 2
+                if m < rows:
+                    x0, x1, x2, x3 = a[m, k], a[m, k + 1], a[m, k + 2], a[m, k + 3]
+                    r0 = acc[m]
+                    for j in range(width):
+                        v0, v1, v2, v3 = w0[j], w1[j], w2[j], w3[j]
+                        r0[j] = (((r0[j] + x0 * v0) + x1 * v1) + x2 * v2) + x3 * v3
                 k += 4
             while k < end:
                 w0 = w[k, t0:t0 + width]
