@@ -39,8 +39,9 @@ def plan_report(path: str) -> dict:
 DECODER_FIELDS = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size", "max_model_len", "block_size",
                   "eos_token_ids")
 # How a decoder plan's GEMMs keep a request's tokens independent of its batch (runtime/invariant_gemm.py)
-GEMM_INVARIANCE = ("float32 through a BLAS recipe checked row-invariant per weight shape when the plan first runs "
-                   "(float64 where the check fails; `infc run --json` lists the verdicts)")
+GEMM_INVARIANCE = ("float32 through a BLAS recipe checked row-invariant per weight shape when the plan first runs, "
+                   "decode-sized rows on a kernel with the same sums (where the check fails, that kernel in its own "
+                   "order for every row count; `infc run --json` lists the verdicts)")
 
 
 def _decoder_summary(meta: dict) -> dict | None:

@@ -17,7 +17,8 @@ so that the reference itself reaches M*N*K = 2^26 (64x OpenBLAS's small-matrix b
 Row counts above R are not probed: they stay on the blocked path the reference is on.
 
 A shape whose threshold would pad every call to more than 16 rows and 8M multiply-adds gets None,
-unless the chain kernel (below) serves the rows under it: the caller runs it in float64 instead (kernels/batch_invariant.py). The probe runs once per weight
+unless the chain kernel (below) serves the rows under it: the caller then runs every row count on
+the chain kernel in an order of its own (`own_order_product`), or in float64 without compiled kernels (kernels/batch_invariant.py). The probe runs once per weight
 shape and process: a few hundred rows of the GEMM (0.4 s for a 576 x 49152 LM head).
 
 Decode steps have few rows, and padding them into the blocked GEMM costs 2-5x a GEMV. So the probe
@@ -37,7 +38,8 @@ import threading
 import numpy as np
 
 from .gemm_impls import blas_threads, parallel_for
-from .chain_gemm import candidate_rules, chain_product
+from . import jit
+from .chain_gemm import candidate_rules, chain_product, k_blocks
 
 DENSE_PROBES = tuple(range(1, 17))  # the GEMV and smallest-kernel thresholds live here
 GROWTH = 1.5  # then probes every 1.5x up to the reference
@@ -49,6 +51,7 @@ SPLIT_MIN_ELEMENTS = 1 << 18  # weights from 1 MB are split in column blocks bet
 BLOCK_ALIGN = 64  # column block edges on whole vector tiles
 CHAIN_ROWS = 8  # up to this many rows run on the chain kernel (measured: faster than the padded GEMM)
 CHAIN_RULES_TRIED = 48  # distinct cuts of K tried at least, before the chain kernel is given up
+OWN_DEPTH = 448  # the cut of K where no BLAS recipe serves: OpenBLAS SkylakeX's, any would do
 CHAIN_PROBE_MACS = 1 << 29  # and more while their one-row trials stay within this many multiply-adds
 
 _MIN_ROWS: dict[tuple, int | None] = {}
@@ -126,6 +129,8 @@ def _probe(w: np.ndarray) -> tuple[int | None, np.ndarray | None]:
     w = _probe_weight(w, rng)
     reference = _product(x, w, np.empty((count, n), np.float32))
     threshold = _threshold(w, x, reference)
+    if threshold >= count:  # no smaller row count agreed: nothing says larger ones would
+        return None, None
     edges = _chain_edges(w, x, reference)
     if edges is None and threshold > DENSE_PROBES[-1] and threshold * k * n > PAD_MAX_MACS:
         return None, None
@@ -172,11 +177,23 @@ def gemm_invariance_report() -> dict[str, str]:
 
     def how(shape, rows):
         if not rows:
-            return "float64 (the probe found no usable threshold)"
+            return ("float32 on the chain kernel for every row count (this BLAS's rows change with M)"
+                    if jit.enabled() else "float64 (the probe found no usable threshold)")
         chain = f"; 1-{max(CHAIN_ROWS, rows - 1)} rows on the chain kernel" if shape in chained else ""
         return f"float32, from {rows} rows{chain}"
 
     return {f"{k}x{n}": how((k, n), rows) for (k, n), rows in sorted(verified_shapes().items())}
+
+
+def own_order_product(a: np.ndarray, w: np.ndarray) -> np.ndarray | None:
+    """a [M, K] @ w [K, N] in float32 on the chain kernel with a fixed cut of K, for every M: row
+    invariant by construction, for shapes the BLAS recipe cannot serve (min_rows None: with
+    OPENBLAS_CORETYPE=Haswell, rows differ with M at any size). As fast as a float64 GEMM on two
+    threads from a few hundred rows, 2-3x faster below. None when compiled kernels are off: the
+    caller then runs float64 (a process that turns them off midway mixes the two)."""
+    edges = np.asarray(k_blocks(w.shape[0], OWN_DEPTH, 1), np.int64)
+    return chain_product(np.ascontiguousarray(a), w, edges, column_blocks(*w.shape),
+                         np.empty((a.shape[0], w.shape[1]), np.float32))
 
 
 def row_invariant_product(a: np.ndarray, w: np.ndarray, rows_from: int) -> np.ndarray:

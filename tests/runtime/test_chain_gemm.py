@@ -66,6 +66,8 @@ def test_a_zero_weight_does_not_decide_for_its_shape(rng):
     """Sums of zeros agree in any order; the probe runs on a random weight of the same layout."""
     zeros = np.zeros((1536, 576), np.float32)
     rows_from = invariant_gemm.min_rows(zeros)
+    if rows_from is None:
+        pytest.skip("this BLAS has no row-invariant recipe at all")
     w = rng.standard_normal(zeros.shape).astype(np.float32)
     x = rng.standard_normal((40, 1536)).astype(np.float32)
     full = invariant_gemm.row_invariant_product(x, w, rows_from)

@@ -1,12 +1,13 @@
 """Float32 GEMMs for decoder plans (runtime/invariant_gemm.py, kernels/batch_invariant.py): a row's
 result is bit-identical whatever the number of rows, on this machine's real BLAS, for weight shapes
 on both sides of OpenBLAS's GEMV and small-matrix thresholds; the threshold search finds a
-simulated BLAS's regime change exactly; anything not verified runs in float64."""
+simulated BLAS's regime change exactly; a shape without a recipe runs on the chain kernel in its own
+order, or in float64 without compiled kernels."""
 
 import numpy as np
 import pytest
 
-from infc.compiler.runtime import invariant_gemm
+from infc.compiler.runtime import invariant_gemm, jit
 from infc.compiler.runtime.kernels import kernel_for
 from infc.compiler.runtime.kernels.common import KernelContext
 
@@ -19,18 +20,39 @@ def fresh_probes(monkeypatch):
     monkeypatch.setattr(invariant_gemm, "_MIN_ROWS", {})
 
 
+def _blas_recipe_exists() -> bool:
+    """This BLAS keeps rows invariant from some row count (not OpenBLAS's Haswell kernels, whose
+    rows change with M at any size: OPENBLAS_CORETYPE=Haswell)."""
+    w = np.random.default_rng(0).standard_normal((96, 200)).astype(np.float32)
+    return invariant_gemm._probe(w)[0] is not None
+
+
+needs_blas_recipe = pytest.mark.skipif(not _blas_recipe_exists(), reason="this BLAS has no row-invariant recipe")
+
+
 @pytest.mark.parametrize("k, n", SHAPES)
 def test_rows_are_bit_identical_whatever_the_row_count(k, n, rng):
     w = rng.standard_normal((k, n)).astype(np.float32)
     rows_from = invariant_gemm.min_rows(w)
-    assert rows_from is not None and 1 <= rows_from <= invariant_gemm.reference_rows(k, n)
+    if rows_from is None:  # the chain kernel in its own order serves every row count
+        assert not _blas_recipe_exists()
+        if not jit.enabled():
+            pytest.skip("no BLAS recipe and no compiled kernels: float64 serves")
+
+        def product(rows):
+            return invariant_gemm.own_order_product(rows, w)
+    else:
+        assert 1 <= rows_from <= invariant_gemm.reference_rows(k, n)
+
+        def product(rows):
+            return invariant_gemm.row_invariant_product(rows, w, rows_from)
     x = rng.standard_normal((ROW_COUNTS[-1], k)).astype(np.float32)
-    full = invariant_gemm.row_invariant_product(x, w, rows_from)
+    full = product(x)
     assert full.dtype == np.float32 and full.shape == (len(x), n)
     np.testing.assert_allclose(full, x.astype(np.float64) @ w.astype(np.float64), rtol=1e-4, atol=1e-4)
     for m in ROW_COUNTS:
         start = (m * 7) % (len(x) - m + 1)  # rows from the middle: the position in the batch changes too
-        part = invariant_gemm.row_invariant_product(x[start:start + m], w, rows_from)
+        part = product(x[start:start + m])
         assert np.array_equal(part, full[start:start + m]), f"{m} rows from {start} differ from the full product"
 
 
@@ -42,6 +64,7 @@ def test_a_strided_weight_is_probed_apart_from_a_contiguous_one(rng):
     assert len(invariant_gemm._MIN_ROWS) == 2
 
 
+@needs_blas_recipe
 @pytest.mark.parametrize("threshold", [1, 5, 16, 40, 333])
 def test_the_probe_finds_where_a_simulated_small_matrix_path_ends(threshold, monkeypatch):
     """Below `threshold` rows the fake BLAS sums in float64 (other roundings), from it in float32."""
@@ -69,6 +92,7 @@ def test_a_threshold_too_costly_to_pad_to_means_float64(monkeypatch):
     assert invariant_gemm.min_rows(big) is None
 
 
+@needs_blas_recipe
 def test_the_op_runs_float32_by_the_recipe_and_float64_otherwise(rng):
     run = kernel_for("infc", "BatchInvariant")
     w = rng.standard_normal((96, 200)).astype(np.float32)
@@ -91,13 +115,25 @@ def test_the_op_runs_float32_by_the_recipe_and_float64_otherwise(rng):
     assert np.array_equal(y7, y[3:10])
 
 
-def test_a_shape_the_probe_rejected_runs_in_float64(rng, monkeypatch):
+def test_a_shape_the_probe_rejected_runs_in_the_chain_kernels_own_order(rng, monkeypatch):
+    """No BLAS recipe (OPENBLAS_CORETYPE=Haswell): every row count on the chain kernel with a fixed
+    cut of K, row-invariant by construction; without compiled kernels, float64."""
     run = kernel_for("infc", "BatchInvariant")
-    w = rng.standard_normal((48, 64)).astype(np.float32)
+    w = rng.standard_normal((900, 64)).astype(np.float32)
     monkeypatch.setitem(invariant_gemm._MIN_ROWS, (w.shape, w.strides), None)
-    a = rng.standard_normal((9, 48)).astype(np.float32)
-    ctx = KernelContext(17)
-    (y,) = run([a, w], {"inner_op": "MatMul", "inner_domain": "", "const_inputs": [1]}, ctx)
+    a = rng.standard_normal((40, 900)).astype(np.float32)
+    attrs = {"inner_op": "MatMul", "inner_domain": "", "const_inputs": [1]}
     want = (a.astype(np.float64) @ w.astype(np.float64)).astype(np.float32)
-    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
-    assert ctx.memo[1][1].dtype == np.float64  # float64_op cast the weight
+    if jit.enabled():
+        ctx = KernelContext(17)
+        (full,) = run([a, w], attrs, ctx)
+        np.testing.assert_allclose(full, want, rtol=1e-4, atol=1e-4)
+        assert 1 not in ctx.memo  # no float64 weight: the float32 chain kernel ran
+        for start, m in ((0, 1), (5, 3), (9, 8), (3, 17), (0, 33)):
+            (part,) = run([a[start:start + m], w], attrs, KernelContext(17))
+            assert np.array_equal(part, full[start:start + m]), f"{m} rows from {start}"
+    with jit.disabled():
+        ctx = KernelContext(17)
+        (y,) = run([a[:9], w], attrs, ctx)
+        np.testing.assert_allclose(y, want[:9], rtol=1e-6, atol=1e-6)
+        assert ctx.memo[1][1].dtype == np.float64  # float64_op cast the weight

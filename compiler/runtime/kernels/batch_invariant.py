@@ -3,16 +3,18 @@ many rows the step has (attrs: inner_op, inner_domain, const_inputs, plus the in
 `infc.Float64`, the same step always in float64 (what plans built before float32 GEMMs hold).
 
 A float32 MatMul by a 2-D weight runs in float32 through invariant_gemm: the fixed BLAS recipe this
-machine was checked to keep row-invariant, rows padded up to the shape's threshold. Anything else
-(other inner ops, other dtypes, a shape whose probe failed) runs the inner op in float64 and rounds
-back (`float64_op`), which is invariant whatever the BLAS does, at twice the cost.
+machine was checked to keep row-invariant, rows padded up to the shape's threshold (decode-sized
+rows on the chain kernel); a shape whose probe failed runs every row count on the chain kernel in its
+own fixed order. Anything else (other inner ops, other dtypes, compiled kernels off) runs the inner
+op in float64 and rounds back (`float64_op`), which is invariant whatever the BLAS does, at twice
+the cost.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..invariant_gemm import min_rows, row_invariant_product
+from ..invariant_gemm import min_rows, own_order_product, row_invariant_product
 from .common import KernelContext
 
 
@@ -54,11 +56,13 @@ def float64_op(inputs, attrs, ctx):
 
 def batch_invariant(inputs, attrs, ctx):
     operands = _float32_rows(inputs, attrs)
-    rows_from = None if operands is None else min_rows(operands[1])
-    if rows_from is None:
+    if operands is None:
         return float64_op(inputs, attrs, ctx)
     rows, w = operands
-    y = row_invariant_product(rows, w, rows_from)
+    rows_from = min_rows(w)
+    y = own_order_product(rows, w) if rows_from is None else row_invariant_product(rows, w, rows_from)
+    if y is None:
+        return float64_op(inputs, attrs, ctx)
     return [y.reshape(*inputs[0].shape[:-1], w.shape[1])]
 
 
