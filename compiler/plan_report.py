@@ -57,7 +57,7 @@ def _decoder_summary(meta: dict) -> dict | None:
 
 def _tactics_summary(meta: dict) -> dict | None:
     """Which steps the build gave to onnxruntime as the vendor tactic, and the program times that
-    decided it (tune_vendor.confirm_in_context)."""
+    decided it (tune_context.confirm_in_context)."""
     context = meta.get("conv_tactics")
     if not context:
         return None

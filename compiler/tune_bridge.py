@@ -6,7 +6,7 @@ LayerNorm splits the run, and every split costs onnxruntime a layout change back
 NCHWc form and a session call. A bridge is a step that onnxruntime can run as it stands (an ONNX or
 onnxruntime contrib node with the standard's meaning, runtime/vendor_op.BRIDGE_OPS); it joins a run
 only where that run holds a marked step, and only in a program variant the in-context check
-(tune_vendor.confirm_in_context) measured faster and found to give the same outputs.
+(tune_context.confirm_in_context) measured faster and found to give the same outputs.
 
 A step may bridge when onnxruntime's own schema registry knows its op at the model's opset with
 every attribute it carries (so the session will load it as the model had it) and every value it

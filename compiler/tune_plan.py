@@ -15,7 +15,8 @@ from .autotune.tuner import tune_all
 from .lower import Program
 from .target import cpu_fingerprint, fingerprint_id
 from .runtime.feeds_io import gather_table_rows, random_inputs
-from .tune_vendor import confirm_in_context, tune_vendor_tactics
+from .tune_context import confirm_in_context
+from .tune_vendor import tune_vendor_tactics
 
 TUNED_DOMAIN, TUNED_OP = "infc.cpu", "TunedMatMul"
 

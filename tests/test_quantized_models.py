@@ -156,7 +156,7 @@ def test_qoperator_steps_and_their_islands_run_as_one_onnxruntime_session():
     """The QLinearConv is marked for onnxruntime's int8 kernels (untimed); the QuantizeLinear, the
     contrib islands and the DequantizeLinear around it bridge, so the whole program is one session
     (the islands' subgraphs spliced in), and it still matches onnxruntime exactly."""
-    from infc.compiler import tune_vendor
+    from infc.compiler import tune_context, tune_vendor
     from infc.compiler.tune_bridge import bridge_candidates, input_dtypes, with_bridges
 
     w = RNG.integers(-100, 100, (6, 6, 3, 3)).astype(np.int8)
@@ -179,7 +179,7 @@ def test_qoperator_steps_and_their_islands_run_as_one_onnxruntime_session():
     keep = with_bridges(len(program.steps), marked, bridge_candidates(program, seen))
     assert len(keep) == len(program.steps)
     dtypes = {i: input_dtypes(program.steps[i], seen, program.weights) for i in keep}
-    steps = tune_vendor._with_marks(program.steps, keep, dtypes)
+    steps = tune_context._with_marks(program.steps, keep, dtypes)
     names = [o["name"] for o in program.outputs]
     executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
     assert not executor.notes, executor.notes

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from infc.compiler import tune_vendor
+from infc.compiler import tune_context, tune_vendor
 from infc.compiler.runtime.executor import Executor
 from infc.compiler.runtime.vendor_op import TACTIC, is_vendor_step
 from infc.compiler.tune_bridge import bridge_candidates, input_dtypes, with_bridges
@@ -92,7 +92,7 @@ def test_bridges_make_the_whole_program_one_session_that_matches_onnxruntime(ops
     keep = with_bridges(len(program.steps), marked, bridges)
     assert keep == marked | bridges
     dtypes = {i: input_dtypes(program.steps[i], seen, program.weights) for i in bridges}
-    steps = tune_vendor._with_marks(program.steps, keep, dtypes)
+    steps = tune_context._with_marks(program.steps, keep, dtypes)
     assert [s.get("tactic_dtypes") for s in steps if s["op"] == "Where"] == [{"nan": "bool"}]
     names = [o["name"] for o in program.outputs]
     executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
@@ -106,7 +106,7 @@ def test_the_context_check_times_each_subset_with_its_bridges():
     _, program, seen = _program(17)
     _marked(program, seen)
     feeds = {"x": np.random.default_rng(3).standard_normal((2, 3, 16, 16)).astype(np.float32)}
-    summary = tune_vendor.confirm_in_context(program, feeds, shapes_by_level=seen, budget_s=0.0)
+    summary = tune_context.confirm_in_context(program, feeds, shapes_by_level=seen, budget_s=0.0)
     assert "ratio<=1+bridges" in summary["program_ms"] and not summary["rejected_wrong"]
     kept_bridges = [s for s in program.steps if s.get("tactic") and s["op"] in BRIDGED]
     assert summary["num_bridges"] == len(kept_bridges) in (0, len(BRIDGED))
@@ -146,7 +146,7 @@ def test_a_session_onnxruntime_refuses_at_load_runs_on_infc_kernels(capsys):
     model, program, seen = _program(17)
     marked = _marked(program, seen)
     keep = with_bridges(len(program.steps), marked, bridge_candidates(program, seen))
-    steps = tune_vendor._with_marks(program.steps, keep, {})
+    steps = tune_context._with_marks(program.steps, keep, {})
     pool = next(s for s in steps if s["op"] == "GlobalAveragePool")
     pool["attrs"] = {**(pool.get("attrs") or {}), "infc_note": 1}  # onnxruntime rejects the attribute
     names = [o["name"] for o in program.outputs]
@@ -165,7 +165,7 @@ def test_inspect_counts_timed_steps_and_bridges():
     _, program, seen = _program(17)
     marked = _marked(program, seen)
     bridges = bridge_candidates(program, seen)
-    steps = tune_vendor._with_marks(program.steps, with_bridges(len(program.steps), marked, bridges), {})
+    steps = tune_context._with_marks(program.steps, with_bridges(len(program.steps), marked, bridges), {})
     context = {"num_bridges": len(bridges), "num_sessions": 1, "kept": "all+bridges",
                "program_ms": {"none": 2.0, "all+bridges": 1.0}}
     summary = _tactics_summary({"program": steps, "conv_tactics": context})
@@ -227,8 +227,8 @@ def test_a_qdq_pair_between_convolutions_bridges_and_matches_onnxruntime():
     marked = _marked(program, seen)
     bridges = bridge_candidates(program, seen)
     assert {"QuantizeLinear", "DequantizeLinear"} <= {program.steps[i]["op"] for i in bridges}
-    steps = tune_vendor._with_marks(program.steps, with_bridges(len(program.steps), marked, bridges), {})
+    steps = tune_context._with_marks(program.steps, with_bridges(len(program.steps), marked, bridges), {})
     names = [o["name"] for o in program.outputs]
     executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
     assert len(executor._steps) == 1
-    _assert_matches_onnxruntime(model, executor, names, batch=2, seed=7, rtol=tune_vendor.AGREE_RTOL_QUANTIZED)
+    _assert_matches_onnxruntime(model, executor, names, batch=2, seed=7, rtol=tune_context.AGREE_RTOL_QUANTIZED)

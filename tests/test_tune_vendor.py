@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 import pytest
 
-from infc.compiler import tune_vendor
+from infc.compiler import tune_context, tune_vendor
 from infc.compiler.autotune.cpu_conv import NATIVE, VENDOR
 from infc.compiler.build import sample_run
 from infc.compiler.graph import import_graph
@@ -75,7 +75,7 @@ def test_context_check_drops_marks_that_do_not_pay(monkeypatch):
         state["t"] += 1.0
         return state["t"]
 
-    summary = tune_vendor.confirm_in_context(program, feeds, budget_s=0.0, clock=clock)
+    summary = tune_context.confirm_in_context(program, feeds, budget_s=0.0, clock=clock)
     assert summary["num_marked"] > 0 and summary["kept"] == "none" and summary["num_kept"] == 0
     assert not any(s.get("tactic") for s in program.steps)
 
@@ -129,7 +129,7 @@ def test_infc_winning_alone_leaves_the_step_to_the_context_check():
     # marked with its ratio (onnxruntime 10x slower alone): only the "all" subset holds it
     convs = [s for s in program.steps if is_conv_step(s)]
     assert convs and all(s["tactic_ratio"] == 10.0 for s in convs)
-    assert tune_vendor._ratio(convs[0]) > tune_vendor.TIERS[-2]
+    assert tune_context._ratio(convs[0]) > tune_context.TIERS[-2]
 
 
 def test_small_steps_are_marked_untimed_for_the_all_subset(monkeypatch):
@@ -154,7 +154,7 @@ def test_context_check_rejects_a_variant_whose_outputs_differ(monkeypatch):
 
     monkeypatch.setattr(executor_module, "group_runner", skewed)
     feeds = {"pixel_values": np.random.default_rng(4).standard_normal((4, 3, 32, 32)).astype(np.float32)}
-    summary = tune_vendor.confirm_in_context(program, feeds, budget_s=0.0)
+    summary = tune_context.confirm_in_context(program, feeds, budget_s=0.0)
     assert summary["rejected_wrong"] and summary["kept"] == "none"
     assert not any(s.get("tactic") for s in program.steps)
 
@@ -233,7 +233,7 @@ def test_the_context_choice_is_replayed_from_the_timing_cache():
         _, program, seen = _program()
         tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False,
                             bench_fn=lambda run: [1e-3])
-        summary = tune_vendor.confirm_in_context(program, feeds, shapes_by_level=seen, budget_s=0.0, cache=cache,
+        summary = tune_context.confirm_in_context(program, feeds, shapes_by_level=seen, budget_s=0.0, cache=cache,
                                                  target="test")
         kept.append((summary["kept"], summary["cached"], summary["num_runs"] > 0,
                      [s.get("tactic_group") for s in program.steps]))
@@ -241,4 +241,4 @@ def test_the_context_choice_is_replayed_from_the_timing_cache():
     assert kept[1] == (kept[0][0], True, False, kept[0][3])  # replayed: the same marks, nothing timed
     other = {"pixel_values": feeds["pixel_values"][:2]}
     _, program, _ = _program()
-    assert str(tune_vendor.context_key(program, other, "test")) != str(tune_vendor.context_key(program, feeds, "test"))
+    assert str(tune_context.context_key(program, other, "test")) != str(tune_context.context_key(program, feeds, "test"))

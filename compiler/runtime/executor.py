@@ -88,7 +88,7 @@ class Executor:
                  islands: dict[str, bytes] | None = None, output_names: list[str] | None = None,
                  observer: Callable[[str, np.ndarray], None] | None = None, trial: bool = False):
         """`observer(name, array)`, when given, sees every value a step produces (e.g. to plan memory).
-        `trial`: one of several program variants the build times in turns (tune_vendor.py): its
+        `trial`: one of several program variants the build times in turns (tune_context.py): its
         onnxruntime sessions never spin-wait (spinning workers would slow the others; otherwise a
         program's only session does, runtime/vendor_op.py), and a session that does not load is
         only noted, not warned about."""

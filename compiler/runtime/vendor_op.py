@@ -193,7 +193,7 @@ def _onnx_nodes(member: dict, names: list[str], decode) -> list:
 # session: inside it onnxruntime keeps its blocked NCHWc layout from one convolution to the next,
 # where separate sessions reorder every input to NCHWc and every output back (MobileNetV2 at 224:
 # most of the time of its 1x1 convolutions). The build marks the runs (`"tactic_group"`, the index
-# of the run's first step) when the whole program measured faster with them (tune_vendor.py).
+# of the run's first step) when the whole program measured faster with them (tune_context.py).
 GROUP_OP = "__onnxruntime_group__"
 
 

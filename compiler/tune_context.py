@@ -1,0 +1,213 @@
+"""Which tactic marks a CPU plan keeps, decided on the whole program (tune_vendor.py marks the steps).
+
+Timed alone, a step runs with its input in cache and onnxruntime's worker thread awake; in a
+program neither holds, and consecutive marked steps run as one session (`"tactic_group"`), which
+keeps onnxruntime's blocked layout between them: a step slower alone can pay there. So the program
+runs at the opt shapes without marks and with the marks up to each TIERS ratio, each also with the
+bridges that join its runs (tune_bridge.py), interleaved; every variant's outputs are checked
+against the unmarked program's, and the fastest stays if it beats the unmarked program. The choice
+is kept in the timing cache under a key of the program, feed shapes, target and infc's source, and
+replayed by rebuilds (outputs still checked), so the same model and profile build the same plan.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+import statistics
+import time
+
+import numpy as np
+
+from .autotune.config import Config
+from .autotune.key import TuningKey
+from .autotune.tuner import CandidateResult, TuneResult
+from .lower import Program
+from .runtime.vendor_op import TACTIC
+from .tune_bridge import bridge_candidates, input_dtypes, with_bridges
+from .tune_vendor import INTEGER_STEPS, TACTIC_FIELDS
+
+CONFIRM_BUDGET_S = 1.0  # per program variant, for the in-context check
+CONFIRM_MIN_RUNS = 5
+CONFIRM_MARGIN = 0.03  # a marked program must be this much faster than the unmarked one, or the marks go
+CONFIRM_DROP = 1.25  # after CONFIRM_MIN_RUNS rounds, a variant this much slower than the fastest stops running
+# Subsets of the marks tried in context: onnxruntime's time alone over infc's at most this (a step
+# slower alone can pay in a run of them: one session, no layout change between them)
+TIERS = (0.5, 0.75, 1.0, 1.5, math.inf)
+
+
+def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict | None = None,
+                       budget_s: float = CONFIRM_BUDGET_S, clock=time.perf_counter, cache=None, target: str = "") -> dict:
+    """Times the program without its tactic marks and with nested subsets of them (the marks whose
+    onnxruntime time was at most each TIERS fraction of infc's), each also with the bridges that
+    join its runs (tune_bridge.py; `shapes_by_level` says which steps may), interleaved; keeps the
+    fastest subset if it beats the unmarked program by CONFIRM_MARGIN, else drops every mark.
+    With a timing `cache`, the choice for this very program, feed shapes, `target` and infc source
+    is replayed from it (the outputs still checked), so rebuilds keep the same variant.
+    Returns what was measured (for the build report)."""
+    from .runtime.executor import Executor  # noqa: PLC0415
+
+    marked = {index: step for index, step in enumerate(program.steps) if step.get("tactic")}
+    if not marked:
+        return {}
+    bridges = bridge_candidates(program, shapes_by_level or {})
+    subsets = {"none": frozenset()}
+    for tier in TIERS:
+        chosen = frozenset(i for i, step in marked.items() if _ratio(step) <= tier)
+        label = f"ratio<={tier:g}" if math.isfinite(tier) else "all"
+        for keep, name in ((chosen, label), (with_bridges(len(program.steps), chosen, bridges), f"{label}+bridges")):
+            if keep and keep not in subsets.values():
+                subsets[name] = keep
+    names = [o["name"] for o in program.outputs]
+    key = context_key(program, feeds, target) if cache is not None else None
+    replayed = cache.get(key) if key is not None else None
+    if replayed is not None and replayed.winner.impl in subsets:  # only it and the unmarked program: checked, not timed
+        subsets = {label: subsets[label] for label in dict.fromkeys(("none", replayed.winner.impl))}
+
+    dtypes = {index: input_dtypes(program.steps[index], shapes_by_level or {}, program.weights)
+              for index in set(marked) | bridges}
+
+    def executor(keep):
+        steps = _with_marks(program.steps, keep, dtypes)
+        return Executor(steps, program.weights, program.opset, program.islands, output_names=names, trial=True)
+
+    sides, wrong = {}, []
+    for label, keep in subsets.items():
+        sides[label] = executor(keep)
+        if sides[label].notes:  # onnxruntime refused a session (a bridge it cannot run): not a variant
+            wrong.append(f"{label}: {sides.pop(label).notes[0]}")
+    reference = sides["none"].run(feeds)  # also the warm-up of compiled kernels and sessions
+    rtol = AGREE_RTOL_QUANTIZED if any(step["op"] in QUANTIZING_OPS for step in program.steps) else AGREE_RTOL
+    for label, run in list(sides.items()):
+        if label == "none":
+            continue
+        try:  # a vendor step untimed alone was never checked against float64: this is its check
+            reason = None if _agrees(run.run(feeds), reference, names, rtol) else f"outputs differ by more than {rtol:g} of the largest"
+        except Exception as exc:  # noqa: BLE001 - a session that fails at run time is not a variant either
+            reason = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        if reason:
+            wrong.append(f"{label}: {reason}")
+            del sides[label]
+    if replayed is not None and replayed.winner.impl in subsets:
+        best = replayed.winner.impl if replayed.winner.impl in sides else "none"
+        medians = {c.config.impl: round(c.median_s * 1e3, 4) for c in replayed.candidates if c.is_ok}
+        return _keep(program, marked, subsets, best, dtypes, wrong, medians, 0, cached=True)
+    times: dict[str, list[float]] = {label: [] for label in sides}
+    racing, started = dict(sides), clock()
+    while len(times["none"]) < CONFIRM_MIN_RUNS or (clock() < started + budget_s * len(racing)
+                                                    and len(times["none"]) < 200):
+        for label, run in racing.items():
+            start = clock()
+            run.run(feeds)
+            times[label].append(clock() - start)
+        if len(times["none"]) >= CONFIRM_MIN_RUNS:  # variants far behind stop running: the budget goes to the close ones
+            fastest = min(statistics.median(times[label]) for label in racing)
+            racing = {label: run for label, run in racing.items()
+                      if label == "none" or statistics.median(times[label]) <= CONFIRM_DROP * fastest}
+    medians = {label: 1e3 * statistics.median(t) for label, t in times.items()}
+    best = min(medians, key=medians.get)
+    if medians[best] >= medians["none"] * (1.0 - CONFIRM_MARGIN):
+        best = "none"
+    if key is not None:
+        cache.put(_context_result(key, best, times, wrong))
+        cache.save()
+    return _keep(program, marked, subsets, best, dtypes, wrong, medians, len(times["none"]), cached=False)
+
+
+def _keep(program: Program, marked: dict, subsets: dict, best: str, dtypes: dict, wrong: list, medians: dict,
+          num_runs: int, cached: bool) -> dict:
+    """Leaves the program with the `best` subset's marks; the build report's summary."""
+    program.steps[:] = _with_marks(program.steps, subsets[best], dtypes)
+    groups = {step["tactic_group"] for step in program.steps if "tactic_group" in step}
+    num_bridges = sum(1 for index in subsets[best] if index not in marked)
+    return {"num_marked": len(marked), "num_kept": len(subsets[best]) - num_bridges, "num_bridges": num_bridges,
+            "kept": best, "rejected_wrong": wrong, "cached": cached,
+            "num_sessions": len(
+                [s for s in program.steps if s.get("tactic") and "tactic_group" not in s]) + len(groups),
+            "program_ms": {label: round(ms, 4) for label, ms in medians.items()}, "num_runs": num_runs}
+
+
+CONTEXT_OP = "program_tactics"  # the timing cache's entry for a program's in-context choice
+
+
+def context_key(program: Program, feeds: dict, target: str) -> TuningKey:
+    """The program's steps with their marks, the feeds' shapes and dtypes, the target and infc's
+    source (engine_cache.code_digest, which covers onnxruntime's version): the same key, the same
+    programs to choose from."""
+    from .engine_cache import code_digest  # noqa: PLC0415
+
+    document = {"steps": _without_provenance(program.steps), "opset": program.opset,
+                "feeds": {name: [list(np.shape(value)), np.asarray(value).dtype.str] for name, value in sorted(feeds.items())}}
+    digest = hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    return TuningKey(CONTEXT_OP, (("steps", len(program.steps)),), ("float32",), (digest,), "", target, code_digest()[:16])
+
+
+PROVENANCE = ("source",)  # how a choice was made (a GEMM variant "tuned" or "cached"), not what runs
+
+
+def _without_provenance(value):
+    if isinstance(value, dict):
+        return {k: _without_provenance(v) for k, v in value.items() if k not in PROVENANCE}
+    if isinstance(value, list):
+        return [_without_provenance(v) for v in value]
+    return value
+
+
+def _context_result(key: TuningKey, best: str, times: dict, wrong: list) -> TuneResult:
+    candidates = [CandidateResult(Config(label), "ok", statistics.median(t), len(t), min(t)) for label, t in times.items()]
+    candidates += [CandidateResult(Config(entry.split(":")[0]), "wrong: " + entry.split(":", 1)[1].strip()[:200]) for entry in wrong]
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return TuneResult(key, Config("none"), Config(best), tuple(candidates), "tuned", date)
+
+
+def _ratio(step: dict) -> float:
+    ratio = step.get("tactic_ratio")
+    return math.inf if ratio is None else float(ratio)
+
+
+AGREE_RTOL = 1e-4  # a program variant's outputs against the unmarked program's, relative to their largest
+# ... but never tighter than a few units in the last place of 1.0: a sigmoid near 0 computed one way
+# or the other differs by about one (PP-OCR's detector on noise: all its outputs under 3.3e-4, and
+# onnxruntime's Sigmoid 1.2e-7 from infc's tanh form)
+AGREE_ATOL_FLOOR = 8 * float(np.finfo(np.float32).eps)
+# A program that quantizes activations rounds them to a step: a float32 difference of one ulp before
+# a rounding boundary flips a value by a whole step, which later layers carry to the outputs (a QDQ
+# ResNet-50: about 4e-3 between infc and onnxruntime, as between any two correct float kernels)
+AGREE_RTOL_QUANTIZED = 1e-2
+QUANTIZING_OPS = INTEGER_STEPS | {"QuantizeLinear", "DynamicQuantizeLinear"}
+
+
+def _agrees(outputs: dict, reference: dict, names: list[str], rtol: float = AGREE_RTOL) -> bool:
+    for name in names:
+        got, want = np.asarray(outputs[name]), np.asarray(reference[name])
+        if got.shape != want.shape:
+            return False
+        if want.dtype.kind != "f" or want.size == 0:
+            if not np.array_equal(got, want):
+                return False
+            continue
+        scale = max(float(np.nanmax(np.abs(want))) if np.isfinite(want).any() else 0.0, np.finfo(np.float32).tiny)
+        if not np.allclose(got, want, rtol=0.0, atol=max(rtol * scale, AGREE_ATOL_FLOOR), equal_nan=True):
+            return False
+    return True
+
+
+def _with_marks(steps: list[dict], keep, dtypes: dict | None = None) -> list[dict]:
+    """Copies of the steps with the marks of those in `keep` only (a bridge in `keep` gets one; a
+    kept step gets `dtypes[index]`, its inputs that are not float32), and each run of consecutive kept steps
+    grouped into one session (runtime/vendor_op.py: onnxruntime keeps its blocked layout between them)."""
+    marked = []
+    for index, step in enumerate(steps):
+        plain = {k: v for k, v in step.items() if k not in TACTIC_FIELDS}
+        if index in keep:
+            plain.update({k: step[k] for k in TACTIC_FIELDS if k in step and k != "tactic_group"})
+            plain.setdefault("tactic", TACTIC)  # a bridge (tune_bridge.py): never timed alone
+            if (dtypes or {}).get(index):  # a session it starts reads these as such
+                plain["tactic_dtypes"] = dtypes[index]
+            previous = marked[-1] if marked else None
+            if previous is not None and previous.get("tactic") and index - 1 in keep:
+                plain["tactic_group"] = previous.setdefault("tactic_group", index - 1)
+        marked.append(plain)
+    return marked
