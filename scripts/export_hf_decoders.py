@@ -113,6 +113,7 @@ CONFIGS = {
     "persimmon": ("persimmon", {"partial_rotary_factor": 0.5, "qk_layernorm": True}, NO_GQA),
 }
 CHECK_TOL = 1e-4
+CHECK_TOL_HALF = 2e-2  # a float16 export against the float16 model: half-precision roundings apart
 
 
 def make_model(arch: str, attn: str = "sdpa", **overrides) -> nn.Module:
@@ -168,8 +169,9 @@ class FlatPast(nn.Module):
 def export_torch(model, path: Path, dynamo: bool, opset: int | None = None) -> None:
     num_layers, kv_heads, head_dim = kv_shape(model)
     past, present = kv_names(num_layers)
+    dtype = next(model.parameters()).dtype  # a half model's past is half too
     args = (torch.tensor([[5, 6]]), torch.ones(1, 5, dtype=torch.int64), torch.tensor([[3, 4]]),
-            *[torch.randn(1, kv_heads, 3, head_dim) for _ in past])
+            *[torch.randn(1, kv_heads, 3, head_dim).to(dtype) for _ in past])
     axes = {"input_ids": {0: "batch_size", 1: "sequence_length"}, "position_ids": {0: "batch_size", 1: "sequence_length"},
             "attention_mask": {0: "batch_size", 1: "total_sequence_length"}, "logits": {0: "batch_size", 1: "sequence_length"},
             **{n: {0: "batch_size", 2: "past_sequence_length"} for n in past},
@@ -207,15 +209,17 @@ def check(model, path: Path) -> float:
     past, present = kv_names(num_layers)
     ids = torch.tensor([[1, 17, 33, 200, 9, 4, 77, 150]]) % model.config.vocab_size
     with torch.no_grad():
-        want = model(ids).logits.numpy()
-    feeds = {n: np.zeros((1, kv_heads, 0, head_dim), np.float32) for n in past}
+        want = model(ids).logits.float().numpy()
+    half = next(model.parameters()).dtype == torch.float16
+    feeds = {n: np.zeros((1, kv_heads, 0, head_dim), np.float16 if half else np.float32) for n in past}
     feeds.update(input_ids=ids[:, :7].numpy(), attention_mask=np.ones((1, 7), np.int64), position_ids=np.arange(7)[None])
     outputs = [o.name for o in session.get_outputs()]
     out = dict(zip(outputs, session.run(None, {k: v for k, v in feeds.items() if k in names})))
     feeds.update({n: out[p] for n, p in zip(past, present)})
     feeds.update(input_ids=ids[:, 7:].numpy(), attention_mask=np.ones((1, 8), np.int64), position_ids=np.array([[7]]))
     last = session.run(["logits"], {k: v for k, v in feeds.items() if k in names})[0]
-    return float(max(np.abs(out["logits"] - want[:, :7]).max(), np.abs(last - want[:, 7:]).max()))
+    return float(max(np.abs(out["logits"].astype(np.float32) - want[:, :7]).max(),
+                     np.abs(last.astype(np.float32) - want[:, 7:]).max()))
 
 
 EXPORTERS = {"ts": lambda m, p: export_torch(m, p, dynamo=False), "dynamo": lambda m, p: export_torch(m, p, dynamo=True),
@@ -228,15 +232,18 @@ def main():
     parser.add_argument("--exporters", default="ts,dynamo,optimum", help="comma-separated, of ts, dynamo, dynamo23, optimum")
     parser.add_argument("--attn", default="sdpa", choices=("sdpa", "eager"),
                         help="transformers attention implementation (default sdpa, what exports get by default)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "float16"),
+                        help="export the model in this type (float16: model.half(), folder suffix _fp16)")
     parser.add_argument("--out", default="build/hf_decoders", help="output folder (default build/hf_decoders)")
     args = parser.parse_args()
     failed = False
     for arch in args.models.split(","):
         for exporter in args.exporters.split(","):
-            folder = Path(args.out) / f"{arch}_{exporter}{'' if args.attn == 'sdpa' else '_' + args.attn}"
+            suffix = ('' if args.attn == 'sdpa' else '_' + args.attn) + ('_fp16' if args.dtype == 'float16' else '')
+            folder = Path(args.out) / f"{arch}_{exporter}{suffix}"
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / "model.onnx"
-            model = make_model(arch, args.attn)
+            model = make_model(arch, args.attn).to(getattr(torch, args.dtype))
             try:
                 EXPORTERS[exporter](model, path)
                 onnx_model = onnx.load(str(path))
@@ -249,7 +256,7 @@ def main():
                 failed = True
                 continue
             print(json.dumps({"model": str(path), "max_abs_diff_vs_transformers": diff}), flush=True)
-            failed |= diff > CHECK_TOL
+            failed |= diff > (CHECK_TOL if args.dtype == "float32" else CHECK_TOL_HALF)
     sys.exit(1 if failed else 0)
 
 

@@ -35,6 +35,7 @@ from ..runtime.model_runner import PagedModelRunner
 from ..target import cpu_fingerprint
 from .batch_invariant import use_batch_invariant_gemms
 from .canonicalize import canonicalize
+from .float32_export import as_float32, half_kind
 from .mask_check import check_causal_masks
 from .pipeline import DECODER_PIPELINE
 from .position_reductions import fold_position_reductions
@@ -62,12 +63,18 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
     if hit:
         return hit
 
+    export_dtype = half_kind(model)
+    if export_dtype:
+        log(f"{export_dtype} export: served in float32 (weights widened exactly; logits come out float32)")
+        model = as_float32(model)
     try:
         program, decoder = _paged_program(model, profile, options)
     except BadInput as e:  # name the model, as every bad-input error names its file
         if str(e).startswith(NOT_RECOGNIZED):
             raise BadInput(f"{model_path}: {e}") from None
         raise
+    if export_dtype:
+        decoder["export_dtype"] = export_dtype  # the plan computes its float32 counterpart
     precision = weight_only_int8(program, decoder, tokenizer, log) if options.precision == "w8" else None
     if tokenizer is None:
         log("no tokenizer.json next to the model: the plan runs token ids only")
@@ -85,13 +92,13 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
         cache.store(lookup.key, output, model_path, components, {"summary": _summary(meta)})
     return {**report, "cache_hit": False, "cache_reason": lookup.reason if lookup else "disabled",
             "build_s": round(time.perf_counter() - started, 4), **_summary(meta), "decoder": _brief(decoder),
+            **({"export_dtype": export_dtype} if export_dtype else {}),
             **({"precision": precision} if precision else {})}
 
 
 def _paged_program(model: onnx.ModelProto, profile: Profile, options):
     """Optimize, find the attention sites, prove what paging drops, page, lower, smoke-run."""
     original_inputs = [value_info(t) for t in import_graph(model).inputs]
-    _check_float32(model)
     optimized = optimize_model(model, DECODER_PIPELINE)
     graph = import_graph(optimized.model)
     sites = find_sites(graph, _attention_rejections(optimized))
@@ -124,17 +131,6 @@ def weight_only_int8(program, decoder: dict, tokenizer: bytes | None, log) -> di
     greedy = greedy_agreement(reference, program, decoder)
     return {"precision": "w8", "compute": W8_COMPUTE, "w8": w8.to_json(),
             "accuracy": {"reference": "the fp32 program", "greedy": greedy, "sensitivity": sensitivity.to_json()}}
-
-
-def _check_float32(model: onnx.ModelProto) -> None:
-    """Decoder plans compute in float32 with a float32 KV cache: a half-precision export (model.half()
-    before torch.onnx.export) is refused up front, before its casts hide the attention."""
-    outputs = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
-    half = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
-    kind = next((half[t] for t in outputs.values() if t in half), None)
-    if kind:
-        raise BadInput(f"{NOT_RECOGNIZED}: its outputs are {kind}; decoder plans run float32 exports "
-                       "(export the model in float32, and use --precision w8 for smaller weights)")
 
 
 def _attention_rejections(optimized) -> dict[str, int]:

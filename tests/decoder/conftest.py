@@ -50,7 +50,8 @@ def ort_greedy(model_path, prompt: list[int], num_tokens: int) -> tuple[list[int
     model, session = _session(str(model_path))
     past = {i.name: i for i in model.input if i.name.startswith("past_key_values")}
     feeds = {name: np.zeros([1] + [d.dim_value for d in info.type.tensor_type.shape.dim[1:2]] + [0]
-                            + [d.dim_value for d in info.type.tensor_type.shape.dim[3:]], np.float32)
+                            + [d.dim_value for d in info.type.tensor_type.shape.dim[3:]],
+                            onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))  # float16 exports too
              for name, info in past.items()}
     names = [o.name for o in model.output]
     tokens, logits_seen, ids = [], [], list(prompt)
@@ -59,7 +60,7 @@ def ort_greedy(model_path, prompt: list[int], num_tokens: int) -> tuple[list[int
         feeds.update(input_ids=np.array([ids], np.int64), position_ids=np.arange(start, start + len(ids))[None],
                      attention_mask=np.ones((1, start + len(ids)), np.int64))
         out = dict(zip(names, session.run(names, feeds)))
-        logits = out["logits"][0, -1]
+        logits = out["logits"][0, -1].astype(np.float32)
         logits_seen.append(logits)
         start += len(ids)
         ids = [int(np.argmax(logits))]

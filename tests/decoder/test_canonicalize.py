@@ -3,6 +3,7 @@ decoder metadata, and the build errors for what is not a recognized decoder."""
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -15,6 +16,8 @@ from infc.compiler.graph import import_graph
 from infc.compiler.optimize import optimize_model
 from infc.compiler.plan.format import read_plan
 from infc.compiler.plan_report import plan_report
+from infc.compiler.runtime.decode_api import SeqChunk
+from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.testing import FIXTURES
 
 from .conftest import DECODERS, PROFILES, build_plan, ort_greedy, prompts, runner_greedy
@@ -110,12 +113,20 @@ def test_decoder_plans_are_fp32(tmp_path):
               BuildOptions(precision="fp16", use_cache=False, show_progress=False))
 
 
-def test_a_half_precision_export_fails_the_build_saying_so(tmp_path):
-    model = onnx.load(FIXTURES / "llama_ts.onnx")  # as if exported after model.half(): float16 logits
+def test_a_bfloat16_export_builds_as_its_float32_counterpart(tmp_path):
+    model = onnx.load(FIXTURES / "llama_ts.onnx")  # as if exported in bfloat16: its logits cast to it
     logits = model.graph.output[0]
-    model.graph.node.append(onnx.helper.make_node("Cast", [logits.name], ["logits_fp16"], to=onnx.TensorProto.FLOAT16))
-    logits.name, logits.type.tensor_type.elem_type = "logits_fp16", onnx.TensorProto.FLOAT16
+    model.graph.node.append(onnx.helper.make_node("Cast", [logits.name], ["logits_bf16"], to=onnx.TensorProto.BFLOAT16))
+    logits.name, logits.type.tensor_type.elem_type = "logits_bf16", onnx.TensorProto.BFLOAT16
     onnx.save(model, tmp_path / "half.onnx")
-    with pytest.raises(BadInput, match=r"half.onnx: not a recognized decoder: its outputs are float16"):
-        build(str(tmp_path / "half.onnx"), str(PROFILES / "llama_decode.yaml"), str(tmp_path / "x.plan"),
-              BuildOptions(use_cache=False, show_progress=False))
+    report = build(str(tmp_path / "half.onnx"), str(PROFILES / "llama_decode.yaml"), str(tmp_path / "half.plan"),
+                   BuildOptions(use_cache=False, show_progress=False))
+    assert report["export_dtype"] == "bfloat16"
+    build(str(FIXTURES / "llama_ts.onnx"), str(PROFILES / "llama_decode.yaml"), str(tmp_path / "float.plan"),
+          BuildOptions(use_cache=False, show_progress=False))
+    chunks = [SeqChunk(0, [3, 1, 4, 1, 5], 0, [0], True), SeqChunk(1, [9, 2], 0, [1], True)]
+    half, full = (load_model_runner(tmp_path / name) for name in ("half.plan", "float.plan"))
+    for runner in (half, full):
+        runner.allocate_kv(4)
+    got, want = half.step(chunks), full.step(chunks)
+    assert got.dtype == np.float32 and np.array_equal(got, want)  # the cast became float32's: no rounding

@@ -19,19 +19,22 @@ with its past-KV loop; masks paged attention cannot express (ALiBi) fail the bui
     phi3_longrope_dynamo  longrope: rotary frequencies picked by the step's largest position (long
                        past 64): built exactly up to max_model_len 64, refused past it
     mistral_window_ts     a sliding window of 24 keys, paged with it
+    qwen2_dynamo_fp16     model.half() before export: served as its float32 counterpart
 and refusals that name their reason: ALiBi (bloom_ts).
 """
 
 import numpy as np
+import onnx
 import pytest
 
+from infc.compiler.decoder.float32_export import as_float32
 from infc.compiler.decoder.mask_check import _window_of, probes
 from infc.compiler.errors import BadInput
 from infc.compiler.plan.format import read_plan
 from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.testing import FIXTURES
 
-from .conftest import PROFILES, assert_greedy_matches_ort, build_plan, prompts, runner_greedy
+from .conftest import PROFILES, assert_greedy_matches_ort, build_plan, ort_greedy, prompts, runner_greedy
 
 HF = FIXTURES / "hf"
 HF_DECODERS = ("qwen2_optimum", "phi3_dynamo", "gpt2_ts", "gemma2_ts", "falcon_dynamo", "qwen3_dynamo", "gpt_neox_ts",
@@ -80,6 +83,28 @@ def test_rope_picked_by_the_longest_position_builds_only_where_it_cannot_change(
     requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1, max_len=30)
     tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, budget=64)
     assert_greedy_matches_ort(HF / "phi3_longrope_dynamo.onnx", requests, tokens, logits, NUM_TOKENS)
+
+
+def test_a_float16_export_is_served_as_its_float32_counterpart(profile, tmp_path):
+    """model.half() before export: the plan computes the float32 model (weights widened exactly, the
+    masks' float16 minimum read as float32's): its tokens and logits match onnxruntime on that model
+    within 1e-4, and onnxruntime on the float16 export itself greedily but for near-ties."""
+    source = HF / "qwen2_dynamo_fp16.onnx"
+    plan = build_plan(source, profile, tmp_path)
+    assert read_plan(plan).meta["decoder"]["export_dtype"] == "float16"
+    widened = tmp_path / "qwen2_dynamo_fp32.onnx"
+    onnx.save(as_float32(onnx.load(source)), widened)
+    assert not any(t.data_type == onnx.TensorProto.FLOAT16 for t in onnx.load(widened).graph.initializer)
+    runner = load_model_runner(plan)
+    requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1)
+    tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, budget=128)
+    assert all(step.dtype == np.float32 for request in logits for step in request)
+    assert_greedy_matches_ort(widened, requests, tokens, logits, NUM_TOKENS)
+    agree = 0
+    for prompt, ours in zip(requests, tokens):
+        ref, _ = ort_greedy(source, prompt, NUM_TOKENS)
+        agree += next((i for i, (a, b) in enumerate(zip(ref, ours)) if a != b), NUM_TOKENS)
+    assert agree >= 0.9 * NUM_REQUESTS * NUM_TOKENS, f"{agree} greedy tokens agree with the float16 export"
 
 
 def test_alibi_fails_the_build_naming_it(profile, tmp_path):
