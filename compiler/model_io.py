@@ -41,13 +41,61 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
 
 
 def _check_model(model: onnx.ModelProto, path: Path) -> None:
+    """onnx's checker on the model with its large initializers given as typed inputs: the checker
+    reads the graph, and serializing the weights for it took seconds on a decoder. Their data sizes
+    are checked here instead (what the checker would have found wrong with them)."""
+    _check_weight_sizes(model.graph, path)
     try:
-        if model.ByteSize() < EXTERNAL_DATA_THRESHOLD_BYTES:
-            onnx.checker.check_model(model)
-        else:
-            onnx.checker.check_model(str(path))
+        onnx.checker.check_model(_without_weight_data(model))
     except (onnx.checker.ValidationError, ValueError) as exc:
         raise BadInput(f"{path}: the ONNX checker rejects the model: {_first_line(exc)}") from None
+
+
+LARGE_INITIALIZER_BYTES = 1 << 16
+
+
+def _is_large(tensor: onnx.TensorProto) -> bool:
+    return len(tensor.raw_data) >= LARGE_INITIALIZER_BYTES
+
+
+def _check_weight_sizes(graph: onnx.GraphProto, path: Path) -> None:
+    for tensor in graph.initializer:
+        if not _is_large(tensor) or tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+            continue
+        count = 1
+        for d in tensor.dims:
+            count *= d
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        bits = {onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4}.get(tensor.data_type)
+        expected = (count * bits + 7) // 8 if bits else count * itemsize
+        if len(tensor.raw_data) != expected:
+            raise BadInput(f"{path}: initializer '{tensor.name}' holds {len(tensor.raw_data)} bytes for shape "
+                           f"{list(tensor.dims)} ({expected} expected): truncated or corrupt")
+
+
+def _without_weight_data(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of the model whose large top-level initializers are graph inputs of their type and shape."""
+    light = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name != "graph":
+            _copy_field(light, field, value)
+    for field, value in model.graph.ListFields():
+        if field.name != "initializer":
+            _copy_field(light.graph, field, value)
+    light.graph.initializer.extend(t for t in model.graph.initializer if not _is_large(t))
+    declared = {i.name for i in model.graph.input}
+    light.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in model.graph.initializer if _is_large(t) and t.name not in declared)
+    return light
+
+
+def _copy_field(target, field, value) -> None:
+    if hasattr(value, "extend"):  # a repeated field
+        getattr(target, field.name).extend(value)
+    elif hasattr(value, "CopyFrom"):  # a message
+        getattr(target, field.name).CopyFrom(value)
+    else:
+        setattr(target, field.name, value)
 
 
 def _check_acyclic(graph: onnx.GraphProto, path: Path) -> None:

@@ -37,6 +37,28 @@ def test_missing_external_data_file_is_bad_input(tmp_path):
         model_io.load_model(src)
 
 
+def test_the_checker_sees_the_graph_and_weight_sizes_are_checked_apart(tmp_path):
+    """Large initializers go to onnx's checker as typed inputs (no data to serialize); their byte
+    counts are checked here instead, and the rest of the model is still the checker's."""
+    model = _weighted_model()
+    w = np.random.default_rng(1).standard_normal((256, 256)).astype(F32)  # 256 KiB: large
+    model.graph.initializer.append(onnx.numpy_helper.from_array(w, "big"))
+    light = model_io._without_weight_data(model)
+    assert [t.name for t in light.graph.initializer] == ["w"] and "big" in [i.name for i in light.graph.input]
+    path = tmp_path / "ok.onnx"
+    onnx.save(model, path)
+    model_io.load_model(path)
+    model.graph.initializer[-1].raw_data = model.graph.initializer[-1].raw_data[:-4]  # truncated
+    onnx.save(model, tmp_path / "cut.onnx")
+    with pytest.raises(BadInput, match=r"cut\.onnx: initializer 'big' holds 262140 bytes for shape \[256, 256\] \(262144 expected\)"):
+        model_io.load_model(tmp_path / "cut.onnx")
+    model.graph.initializer[-1].raw_data = w.tobytes()
+    model.graph.node.append(helper.make_node("NoSuchOp", ["y"], ["z"]))
+    onnx.save(model, tmp_path / "bad.onnx")
+    with pytest.raises(BadInput, match=r"bad\.onnx: the ONNX checker rejects the model"):
+        model_io.load_model(tmp_path / "bad.onnx")
+
+
 def test_large_models_are_written_with_external_data(tmp_path, monkeypatch):
     monkeypatch.setattr(model_io, "EXTERNAL_DATA_THRESHOLD_BYTES", 1000)  # pretend 16 KB is "over 2 GB"
     out = tmp_path / "big.onnx"
