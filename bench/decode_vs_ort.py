@@ -58,7 +58,7 @@ def infc_loop(runner, prompts: np.ndarray, output_len: int) -> tuple[float, list
 
 
 class OrtLoop:
-    def __init__(self, model: str):
+    def __init__(self, model: str, head_dim: int):
         self.session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.past = [name for name in inputs if name.startswith(("past_key_values", "past."))]
@@ -70,7 +70,8 @@ class OrtLoop:
             raise SystemExit(f"error: {model}: {len(self.past)} past inputs but {len(self.present)} present outputs")
         self.logits = outputs.index("logits") if "logits" in outputs else 0
         first = inputs[self.past[0]]
-        self.heads, self.head_dim = first.shape[1], first.shape[3]
+        self.heads = first.shape[1]
+        self.head_dim = first.shape[3] if isinstance(first.shape[3], int) else head_dim  # genai: 'kv_cache_dim'
         self.kv_type = TYPES[first.type]
         self.has_positions = "position_ids" in inputs
         self.mask_type = TYPES[inputs["attention_mask"].type] if "attention_mask" in inputs else None
@@ -118,7 +119,7 @@ def main():
     per_seq = -(-(args.prompt_len + args.output_len) // runner.spec.block_size)
     runner.allocate_kv(max(batches) * per_seq + 2)
     runner.warm_up()
-    loop = OrtLoop(args.model)
+    loop = OrtLoop(args.model, runner.spec.head_dim)
     vocab = runner.spec.vocab_size
     rows = []
     for batch in batches:

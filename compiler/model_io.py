@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import onnx
@@ -45,10 +46,37 @@ def _check_model(model: onnx.ModelProto, path: Path) -> None:
     reads the graph, and serializing the weights for it took seconds on a decoder. Their data sizes
     are checked here instead (what the checker would have found wrong with them)."""
     _check_weight_sizes(model.graph, path)
-    try:
-        onnx.checker.check_model(_without_weight_data(model))
-    except (onnx.checker.ValidationError, ValueError) as exc:
-        raise BadInput(f"{path}: the ONNX checker rejects the model: {_first_line(exc)}") from None
+    light = _without_weight_data(model)
+    for _ in range(MAX_ORT_ONLY_OPS + 1):
+        try:
+            onnx.checker.check_model(light)
+            return
+        except (onnx.checker.ValidationError, ValueError) as exc:
+            if not _set_aside_ort_only_op(light, str(exc)):
+                raise BadInput(f"{path}: the ONNX checker rejects the model: {_first_line(exc)}") from None
+    raise BadInput(f"{path}: the ONNX checker rejects the model: more than {MAX_ORT_ONLY_OPS} ops it does not know")
+
+
+# Ops in the ONNX domain that onnx does not define but onnxruntime registers there (onnxruntime-genai's
+# SimplifiedLayerNormalization, SkipSimplifiedLayerNormalization): the checker stops at the first
+# one; it checks the rest of the graph with them set aside in a domain of their own.
+UNKNOWN_OP = re.compile(r"No Op registered for (\w+) with domain_version of (\d+)")
+MAX_ORT_ONLY_OPS = 8
+SET_ASIDE_DOMAIN = "infc.onnxruntime_only"
+
+
+def _set_aside_ort_only_op(light: onnx.ModelProto, message: str) -> bool:
+    from .quantize.graph_types import signature  # noqa: PLC0415 - onnxruntime's registry, only when needed
+
+    found = UNKNOWN_OP.search(message)
+    if found is None or signature(found.group(1), "", int(found.group(2))) is None:
+        return False
+    for node in light.graph.node:
+        if node.op_type == found.group(1) and node.domain in ("", "ai.onnx"):
+            node.domain = SET_ASIDE_DOMAIN
+    if not any(o.domain == SET_ASIDE_DOMAIN for o in light.opset_import):
+        light.opset_import.append(onnx.helper.make_opsetid(SET_ASIDE_DOMAIN, 1))
+    return True
 
 
 LARGE_INITIALIZER_BYTES = 1 << 16

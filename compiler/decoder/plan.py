@@ -36,6 +36,8 @@ from ..target import cpu_fingerprint
 from .batch_invariant import use_batch_invariant_gemms
 from .canonicalize import canonicalize
 from .float32_export import as_float32, half_kind
+from .genai_export import is_genai_export
+from .genai_export import unpack as unpack_genai
 from .mask_check import check_causal_masks
 from .pipeline import DECODER_PIPELINE
 from .position_reductions import fold_position_reductions
@@ -99,6 +101,8 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
 def _paged_program(model: onnx.ModelProto, profile: Profile, options):
     """Optimize, find the attention sites, prove what paging drops, page, lower, smoke-run."""
     original_inputs = [value_info(t) for t in import_graph(model).inputs]
+    if is_genai_export(model):  # GroupQueryAttention / MatMulNBits: into the form sites.py pages
+        model = unpack_genai(model)
     optimized = optimize_model(model, DECODER_PIPELINE)
     graph = import_graph(optimized.model)
     sites = find_sites(graph, _attention_rejections(optimized))

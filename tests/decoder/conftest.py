@@ -45,21 +45,30 @@ def _session(model_path: str):
     return model.graph, ort_session(model)
 
 
+def _genai_head_size(graph) -> int:
+    """onnxruntime-genai exports leave the KV head size symbolic: twice GroupQueryAttention's rotary
+    cache width (full rotary, as the fixtures have)."""
+    caches = {t.name: t for t in graph.initializer}
+    node = next(n for n in graph.node if n.op_type == "GroupQueryAttention")
+    return 2 * caches[node.input[7]].dims[-1]
+
+
 def ort_greedy(model_path, prompt: list[int], num_tokens: int) -> tuple[list[int], list[np.ndarray]]:
     """Greedy tokens and each step's last-row logits from the original model with its past-KV loop."""
     model, session = _session(str(model_path))
     past = {i.name: i for i in model.input if i.name.startswith("past_key_values")}
-    feeds = {name: np.zeros([1] + [d.dim_value for d in info.type.tensor_type.shape.dim[1:2]] + [0]
-                            + [d.dim_value for d in info.type.tensor_type.shape.dim[3:]],
+    feeds = {name: np.zeros([1, info.type.tensor_type.shape.dim[1].dim_value, 0,
+                             info.type.tensor_type.shape.dim[3].dim_value or _genai_head_size(model)],
                             onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))  # float16 exports too
              for name, info in past.items()}
     names = [o.name for o in model.output]
+    accepted = {i.name for i in model.input}  # onnxruntime-genai exports take no position_ids
     tokens, logits_seen, ids = [], [], list(prompt)
     start = 0
     for _ in range(num_tokens):
         feeds.update(input_ids=np.array([ids], np.int64), position_ids=np.arange(start, start + len(ids))[None],
                      attention_mask=np.ones((1, start + len(ids)), np.int64))
-        out = dict(zip(names, session.run(names, feeds)))
+        out = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in accepted})))
         logits = out["logits"][0, -1].astype(np.float32)
         logits_seen.append(logits)
         start += len(ids)
