@@ -13,8 +13,9 @@ blocks with per-block scales. Neither has a paged form of its own, so the build 
   concatenated to the past (the present), repeat_kv, and MultiHeadAttention with an explicit causal
   (or sliding-window) additive mask built from the mask's shape: the pattern sites.py pages.
 
-What this cannot express is refused with the reason: soft-capping, attention bias or head-sink
-inputs, a separate key/value input.
+Soft-capping (Gemma 2) rides on the MultiHeadAttention node as `softcap` (infc's kernel and the
+paged one apply it). What this cannot express is refused with the reason: attention bias, head-sink
+or position inputs.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import BadInput
+from .sites import NOT_RECOGNIZED
 
 MS = "com.microsoft"
 NEG_INF = float(np.finfo(np.float32).min)  # the mask's hidden entries (<= -1e30: mask_check.MASKED)
@@ -151,19 +153,19 @@ def _matmul(node, weights, added, names) -> list:
 def _attention(node, weights, producers, added, names, kv_shapes: dict) -> list:
     attrs = _attrs(node)
     heads, kv_heads = int(attrs["num_heads"]), int(attrs["kv_num_heads"])
-    if float(attrs.get("softcap", 0.0) or 0.0):
-        raise BadInput(f"GroupQueryAttention '{node.name}': soft-capping is not paged from this op")
-    if _input(node, 1) or _input(node, 2):
-        raise BadInput(f"GroupQueryAttention '{node.name}': separate key/value inputs (only packed QKV is read)")
+    softcap = float(attrs.get("softcap", 0.0) or 0.0)
+    if bool(_input(node, 1)) != bool(_input(node, 2)):
+        raise BadInput(f"{NOT_RECOGNIZED}: GroupQueryAttention '{node.name}' has a key input without a value input")
     if any(_input(node, i) for i in (9, 10, 11)):
-        raise BadInput(f"GroupQueryAttention '{node.name}': position_ids, attention_bias or head_sink inputs")
+        raise BadInput(f"{NOT_RECOGNIZED}: GroupQueryAttention '{node.name}' takes position_ids, attention_bias "
+                       "or head_sink inputs")
     packed, past_k, past_v = node.input[0], _input(node, 3), _input(node, 4)
     cos, sin = _input(node, 7), _input(node, 8)
     if not past_k or not past_v or len(node.output) < 3:
-        raise BadInput(f"GroupQueryAttention '{node.name}': no past/present key-value")
+        raise BadInput(f"{NOT_RECOGNIZED}: GroupQueryAttention '{node.name}' has no past/present key-value")
     rotary = int(attrs.get("do_rotary", 0))
     if rotary and (cos not in weights or sin not in weights):
-        raise BadInput(f"GroupQueryAttention '{node.name}': rotary caches must be constants")
+        raise BadInput(f"{NOT_RECOGNIZED}: GroupQueryAttention '{node.name}': its rotary caches are not constants")
     out, present_k, present_v = node.output[0], node.output[1], node.output[2]
     head_dim = _head_dim(node, weights, producers, heads, kv_heads)
     scale = float(attrs.get("scale", 0.0) or 0.0) or 1.0 / np.sqrt(head_dim)
@@ -177,9 +179,13 @@ def _attention(node, weights, producers, added, names, kv_shapes: dict) -> list:
         nodes.append(helper.make_node(op, inputs, [output], name=names(f"{stem}/{op}_node"), domain=domain, **kw))
         return output
 
-    sizes = _const(added, names, f"{stem}/qkv_sizes", np.array([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], np.int64))
-    q, k, v = names(f"{stem}/q"), names(f"{stem}/k"), names(f"{stem}/v")
-    nodes.append(helper.make_node("Split", [packed, sizes], [q, k, v], name=names(f"{stem}/Split"), axis=2))
+    if _input(node, 1):  # separate query, key and value (Qwen3: q and k normalized apart)
+        q, k, v = packed, node.input[1], node.input[2]
+    else:
+        sizes = _const(added, names, f"{stem}/qkv_sizes",
+                       np.array([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], np.int64))
+        q, k, v = names(f"{stem}/q"), names(f"{stem}/k"), names(f"{stem}/v")
+        nodes.append(helper.make_node("Split", [packed, sizes], [q, k, v], name=names(f"{stem}/Split"), axis=2))
     if rotary:
         rotary_dim = 2 * int(weights[cos].dims[-1])
         extra = {"rotary_embedding_dim": rotary_dim} if rotary_dim < head_dim else {}
@@ -199,8 +205,10 @@ def _attention(node, weights, producers, added, names, kv_shapes: dict) -> list:
         key = make("Reshape", [make("Expand", [make("Unsqueeze", [key, axis]), expand]), merged])
         value = make("Reshape", [make("Expand", [make("Unsqueeze", [value, axis]), expand]), merged])
     bias = _causal_bias(make, added, names, stem, q, key, window)
+    # softcap is not onnxruntime's MultiHeadAttention attribute: infc's kernel and sites.py read it
+    capped = {"softcap": softcap} if softcap > 0 else {}
     nodes.append(helper.make_node("MultiHeadAttention", [q, key, value, "", "", bias], [out], name=names(f"{stem}/MHA"),
-                                  domain=MS, num_heads=heads, scale=scale))
+                                  domain=MS, num_heads=heads, scale=scale, **capped))
     return nodes
 
 
@@ -215,12 +223,13 @@ def _head_dim(node, weights, producers, heads: int, kv_heads: int) -> int:
         width = int(_attrs(source)["N"])
     elif source is not None and source.op_type == "MatMul" and _input(source, 1) in weights:
         width = int(weights[source.input[1]].dims[-1])
-    if width and width % (heads + 2 * kv_heads) == 0:
-        return width // (heads + 2 * kv_heads)
+    parts = heads if _input(node, 1) else heads + 2 * kv_heads  # q alone, or packed QKV
+    if width and width % parts == 0:
+        return width // parts
     cos = _input(node, 7)
     if cos in weights:
         return 2 * int(weights[cos].dims[-1])
-    raise BadInput(f"GroupQueryAttention '{node.name}': cannot tell the head size")
+    raise BadInput(f"{NOT_RECOGNIZED}: GroupQueryAttention '{node.name}': cannot tell the head size")
 
 
 def _causal_bias(make, added, names, stem: str, q: str, key: str, window: int) -> str:

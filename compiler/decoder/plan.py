@@ -41,10 +41,9 @@ from .genai_export import unpack as unpack_genai
 from .mask_check import check_causal_masks
 from .pipeline import DECODER_PIPELINE
 from .position_reductions import fold_position_reductions
-from .sites import find_sites
+from .sites import NOT_RECOGNIZED, find_sites
 
 PLAN_KIND = "decoder"
-NOT_RECOGNIZED = "not a recognized decoder"
 DECODER_PRECISIONS = ("fp32", "w8")
 
 

@@ -18,6 +18,7 @@ import onnx_graphsurgeon as gs
 
 from ..errors import BadInput
 
+NOT_RECOGNIZED = "not a recognized decoder"
 ATTENTION_OPS = {("com.microsoft", "MultiHeadAttention"), ("", "Attention")}
 REPEAT_KV_OPS = {"Unsqueeze", "Expand", "Reshape", "Identity"}
 

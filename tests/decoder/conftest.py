@@ -12,6 +12,7 @@ import onnx
 import pytest
 
 from infc.compiler.build import BuildOptions, build
+from infc.compiler.decoder.genai_export import unpack as unpack_genai
 from infc.compiler.runtime.decode_api import SeqChunk
 from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.testing import FIXTURES
@@ -45,12 +46,11 @@ def _session(model_path: str):
     return model.graph, ort_session(model)
 
 
-def _genai_head_size(graph) -> int:
-    """onnxruntime-genai exports leave the KV head size symbolic: twice GroupQueryAttention's rotary
-    cache width (full rotary, as the fixtures have)."""
-    caches = {t.name: t for t in graph.initializer}
-    node = next(n for n in graph.node if n.op_type == "GroupQueryAttention")
-    return 2 * caches[node.input[7]].dims[-1]
+def _genai_head_size(model_path) -> int:
+    """onnxruntime-genai exports leave the KV head size symbolic: the build's unpacking pins it."""
+    unpacked = unpack_genai(onnx.load(str(model_path)))
+    past = next(i for i in unpacked.graph.input if i.name.startswith("past_key_values"))
+    return past.type.tensor_type.shape.dim[3].dim_value
 
 
 def ort_greedy(model_path, prompt: list[int], num_tokens: int) -> tuple[list[int], list[np.ndarray]]:
@@ -58,7 +58,7 @@ def ort_greedy(model_path, prompt: list[int], num_tokens: int) -> tuple[list[int
     model, session = _session(str(model_path))
     past = {i.name: i for i in model.input if i.name.startswith("past_key_values")}
     feeds = {name: np.zeros([1, info.type.tensor_type.shape.dim[1].dim_value, 0,
-                             info.type.tensor_type.shape.dim[3].dim_value or _genai_head_size(model)],
+                             info.type.tensor_type.shape.dim[3].dim_value or _genai_head_size(model_path)],
                             onnx.helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))  # float16 exports too
              for name, info in past.items()}
     names = [o.name for o in model.output]

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 
 from infc.compiler import model_io
 from infc.compiler.decoder.genai_export import dequantize_nbits, unpack
+from infc.compiler.plan.format import read_plan
 from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.testing import FIXTURES
 
@@ -52,6 +53,30 @@ def test_a_genai_fp32_export_matches_onnxruntime(profile, tmp_path):
     requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1)
     tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, chunk_sizes=[7, 40, 3, 16], budget=64)
     assert_greedy_matches_ort(source, requests, tokens, logits, NUM_TOKENS)
+
+
+def test_separate_query_key_and_value_are_read_as_such(profile, tmp_path):
+    """Qwen3 normalizes q and k per head before attention: the builder gives GroupQueryAttention
+    three inputs instead of a packed one."""
+    source = GENAI / "qwen3_fp32.onnx"
+    assert any(n.op_type == "GroupQueryAttention" and n.input[1] for n in onnx.load(source).graph.node)
+    runner = load_model_runner(build_plan(source, profile, tmp_path))
+    requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=3)
+    tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, budget=128)
+    assert_greedy_matches_ort(source, requests, tokens, logits, NUM_TOKENS)
+
+
+def test_a_soft_cap_reaches_the_paged_attention(profile, tmp_path):
+    """Gemma 2 conversions set GroupQueryAttention's softcap: it rides on the unpacked attention into
+    PagedAttention (whose soft-capping the Gemma 2 export tests check against onnxruntime)."""
+    model = onnx.load(GENAI / "llama_fp32.onnx")
+    for node in model.graph.node:
+        for attribute in node.attribute:
+            if node.op_type == "GroupQueryAttention" and attribute.name == "softcap":
+                attribute.f = 30.0
+    onnx.save(model, tmp_path / "capped.onnx")
+    program = read_plan(build_plan(tmp_path / "capped.onnx", profile, tmp_path)).meta["program"]
+    assert [s["attrs"].get("softcap") for s in program if s["op"] == "PagedAttention"] == [30.0, 30.0]
 
 
 def test_a_genai_int4_export_computes_its_dequantized_weights(profile, tmp_path):

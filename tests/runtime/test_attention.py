@@ -87,3 +87,21 @@ def test_onnx_attention_3d_gqa_mask_and_past(rng, single_node, ort_check):
     outs = [("y", F32), ("present_k", F32), ("present_v", F32)]
     model = single_node("Attention", feeds, outs, {"q_num_heads": 4, "kv_num_heads": 2}, opset=23)
     ort_check(model, feeds)
+
+
+def test_mha_soft_cap_as_the_unpacked_group_query_attention_carries_it(rng):
+    """`softcap` is not onnxruntime's MHA attribute (decoder/genai_export.py puts it there): the
+    scores are capped, c * tanh(s / c), before the mask, as GroupQueryAttention and Gemma 2 do."""
+    from infc.compiler.runtime.kernels.attention import multi_head_attention
+
+    q, k, v = _qkv(rng, t=6)
+    q *= 4.0  # scores past the cap
+    bias = np.where(np.tril(np.ones((S, 6), bool), 1), 0.0, -np.inf).astype(F32)[None, None]
+    (y,) = multi_head_attention([q, k, v, None, None, bias], {"num_heads": N, "softcap": 2.0}, None)[:1]
+    qh, kh, vh = (x.reshape(B, -1, N, H).transpose(0, 2, 1, 3).astype(np.float64) for x in (q, k, v))
+    scores = np.tanh(qh @ kh.transpose(0, 1, 3, 2) / np.sqrt(H) / 2.0) * 2.0 + bias
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    want = (weights / weights.sum(-1, keepdims=True) @ vh).transpose(0, 2, 1, 3).reshape(B, S, N * H)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    (plain,) = multi_head_attention([q, k, v, None, None, bias], {"num_heads": N}, None)[:1]
+    assert not np.allclose(plain, y, atol=1e-3)  # the cap changed the result

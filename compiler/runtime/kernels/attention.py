@@ -146,13 +146,17 @@ def mha_operands(inputs, attrs, xp=np):
 
 def multi_head_attention(inputs, attrs, ctx):
     q, k, v, padding, attn_bias, scale = mha_operands(inputs, attrs)
+    # softcap: not onnxruntime's attribute; the decoder path's unpacked GroupQueryAttention carries it
+    softcap = float(attrs.get("softcap", 0.0) or 0.0)
     # the GEMMs and one compiled call between them when numba is there (jit_attention.py)
-    y = attend(q, k, v, padding, attn_bias, scale, attrs.get("mask_filter_value", -10000.0),
-               bool(attrs.get("unidirectional", 0)))
+    y = None if softcap > 0 else attend(q, k, v, padding, attn_bias, scale, attrs.get("mask_filter_value", -10000.0),
+                                        bool(attrs.get("unidirectional", 0)))
     if y is not None:
         return [y, k, v]
     scores = np.matmul(q, np.swapaxes(k, -1, -2))
     scores *= q.dtype.type(scale)
+    if softcap > 0:
+        scores = np.tanh(scores / softcap) * scores.dtype.type(softcap)
     s_len, t_len = scores.shape[-2:]
     filler = q.dtype.type(attrs.get("mask_filter_value", -10000.0))
     if padding is not None:
