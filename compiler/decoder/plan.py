@@ -37,6 +37,7 @@ from .batch_invariant import use_batch_invariant_gemms
 from .canonicalize import canonicalize
 from .float32_export import as_float32, half_kind
 from .genai_export import is_genai_export
+from .model_folder import chat_template, eos_token_ids, tokenizer_json
 from .genai_export import unpack as unpack_genai
 from .mask_check import check_causal_masks
 from .pipeline import DECODER_PIPELINE
@@ -55,10 +56,12 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
     if options.precision not in DECODER_PRECISIONS:
         raise BadInput(f"--precision {options.precision}: decoder plans are {' or '.join(DECODER_PRECISIONS)} "
                        "(w8: int8 weights; activations stay fp32)")
-    tokenizer = _tokenizer(model_path)
+    tokenizer = tokenizer_json(model_path)
     fingerprint = cpu_fingerprint()
+    folder = {"chat_template": chat_template(model_path), "eos_token_ids": eos_token_ids(model_path)}
     key_options = {**options.key_options(), "decoder": 3,
-                   "tokenizer": hashlib.sha256(tokenizer).hexdigest() if tokenizer else None}
+                   "tokenizer": hashlib.sha256(tokenizer).hexdigest() if tokenizer else None,
+                   "folder": hashlib.sha256(json.dumps(folder, sort_keys=True).encode()).hexdigest()[:16]}
     cache, components, lookup, report, hit = cache_front(model_path, profile, key_options, fingerprint, options,
                                                           output, started, log)
     if hit:
@@ -76,6 +79,10 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
         raise
     if export_dtype:
         decoder["export_dtype"] = export_dtype  # the plan computes its float32 counterpart
+    for key, value in folder.items():  # the model's metadata first, then the files beside it
+        if not decoder.get(key) and value:
+            decoder[key] = value
+            log(f"{key.replace('_', ' ')} from the files beside the model")
     precision = weight_only_int8(program, decoder, tokenizer, log) if options.precision == "w8" else None
     if tokenizer is None:
         log("no tokenizer.json next to the model: the plan runs token ids only")
@@ -185,11 +192,6 @@ def _smoke_run(program, decoder: dict) -> None:
     if logits.ndim < 2 or logits.size != rows * logits.shape[-1] or decoder["vocab_size"] not in (None, logits.shape[-1]):
         raise BadInput(f"not a recognized decoder: logits of shape {list(logits.shape)} for {rows} rows")
     decoder["vocab_size"] = int(logits.shape[-1])
-
-
-def _tokenizer(model_path: Path) -> bytes | None:
-    path = model_path.parent / "tokenizer.json"
-    return path.read_bytes() if path.is_file() else None
 
 
 def _brief(decoder: dict) -> dict:

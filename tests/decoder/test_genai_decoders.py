@@ -6,6 +6,9 @@ logits match onnxruntime running the export itself (int4: its fp32-accuracy kern
 from the same dequantized blocks; the default kernel, which rounds activations to int8, is within
 about 1% of the logits' scale)."""
 
+import json
+import shutil
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -13,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from infc.compiler import model_io
+from infc.compiler.decoder import model_folder
 from infc.compiler.decoder.genai_export import dequantize_nbits, unpack
 from infc.compiler.plan.format import read_plan
 from infc.compiler.runtime.model_runner import load_model_runner
@@ -118,3 +122,21 @@ def test_nbits_weights_dequantize_as_onnxruntime_reads_them(bits, block, zero_po
     unpacked = unpack(model)  # and as the build rewrites the node: a MatMul by that weight
     got = ort.InferenceSession(unpacked.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_chat_template_and_eos_ids_come_from_the_files_beside_the_model(profile, tmp_path):
+    """onnxruntime-genai and Hugging Face folders keep them in files, not in the model's metadata."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(GENAI / "llama_fp32.onnx", folder / "model.onnx")
+    assert model_folder.chat_template(folder / "model.onnx") is None and model_folder.eos_token_ids(folder / "model.onnx") == []
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "{{ messages }}"}]}))
+    (folder / "config.json").write_text(json.dumps({"eos_token_id": [2, 7]}))
+    (folder / "genai_config.json").write_text(json.dumps({"model": {"eos_token_id": 2}}))
+    assert model_folder.chat_template(folder / "model.onnx") == "{{ messages }}"
+    assert model_folder.eos_token_ids(folder / "model.onnx") == [2]  # genai_config.json first
+    decoder = read_plan(build_plan(folder / "model.onnx", profile, tmp_path)).meta["decoder"]
+    assert decoder["chat_template"] == "{{ messages }}" and decoder["eos_token_ids"] == [2]
+    (folder / "chat_template.jinja").write_text("{{ jinja }}")
+    assert model_folder.chat_template(folder / "model.onnx") == "{{ jinja }}"
