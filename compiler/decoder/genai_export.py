@@ -7,7 +7,8 @@ mask implied by the sequence lengths. Its weights are often com.microsoft.MatMul
 blocks with per-block scales. Neither has a paged form of its own, so the build first rewrites:
 
 - MatMulNBits with constant weights -> MatMul by the dequantized float32 weight (+ bias): the plan
-  computes what onnxruntime's fp32-accuracy kernel computes from the same blocks;
+  computes what onnxruntime's fp32-accuracy kernel computes from the same blocks; likewise
+  GatherBlockQuantized (a quantized embedding table) -> Gather from the dequantized table;
 - GroupQueryAttention -> Split of the packed QKV, com.microsoft.RotaryEmbedding of q and k at a new
   `position_ids` input (the runtime feeds each token's position), KV reshaped to (B, kvN, S, H) and
   concatenated to the past (the present), repeat_kv, and MultiHeadAttention with an explicit causal
@@ -49,6 +50,8 @@ def unpack(model: onnx.ModelProto) -> onnx.ModelProto:
     for node in graph.node:
         if node.domain == MS and node.op_type == "MatMulNBits":
             nodes += _matmul(node, weights, added, names)
+        elif node.domain == MS and node.op_type == "GatherBlockQuantized" and _gather_table(node, weights, producers) is not None:
+            nodes += _gather(node, weights, producers, added, names)
         elif node.domain == MS and node.op_type == "GroupQueryAttention":
             if positions is None:
                 positions = helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
@@ -148,6 +151,53 @@ def _matmul(node, weights, added, names) -> list:
     product = names(node.name + "_product")
     return [helper.make_node("MatMul", [node.input[0], w_name], [product], name=node.name),
             helper.make_node("Add", [product, bias], list(node.output), name=names(node.name + "_bias"))]
+
+
+def _constant(name: str, weights, producers) -> np.ndarray | None:
+    """An initializer's or a Constant node's value."""
+    if name in weights:
+        return numpy_helper.to_array(weights[name])
+    node = producers.get(name)
+    if node is not None and node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+        return numpy_helper.to_array(node.attribute[0].t)
+    return None
+
+
+def _gather_table(node, weights, producers) -> np.ndarray | None:
+    """GatherBlockQuantized's packed table when it is a constant, or a Reshape of one (tied
+    embeddings share the LM head's MatMulNBits blocks); None otherwise (it stays an onnxruntime island)."""
+    attrs = _attrs(node)
+    if int(attrs.get("gather_axis", 0)) != 0 or int(attrs.get("quantize_axis", 1)) not in (1, -1):
+        return None
+    name = node.input[0]
+    if name in weights:
+        table = numpy_helper.to_array(weights[name])
+    else:
+        reshape = producers.get(name)
+        if reshape is None or reshape.op_type != "Reshape" or reshape.input[0] not in weights:
+            return None
+        target = _constant(reshape.input[1], weights, producers)
+        if target is None:
+            return None
+        source = numpy_helper.to_array(weights[reshape.input[0]])
+        shape = [source.shape[i] if d == 0 else int(d) for i, d in enumerate(target.reshape(-1).tolist())]
+        table = source.reshape(shape)
+    if table.dtype != np.uint8 or table.ndim != 2 or node.input[2] not in weights or (_input(node, 3) and _input(node, 3) not in weights):
+        return None
+    return table
+
+
+def _gather(node, weights, producers, added, names) -> list:
+    """GatherBlockQuantized -> Gather from the dequantized float32 table (rows blocked along the last axis)."""
+    attrs = _attrs(node)
+    bits, block = int(attrs.get("bits", 4)), int(attrs["block_size"])
+    packed = _gather_table(node, weights, producers)
+    rows, k = packed.shape[0], packed.shape[1] * (8 // bits)
+    blocks = packed.reshape(rows, -1, block * bits // 8)
+    zero = numpy_helper.to_array(weights[node.input[3]]) if _input(node, 3) else None
+    table = dequantize_nbits(blocks, numpy_helper.to_array(weights[node.input[2]]), zero, rows, k, bits, block)
+    name = _const(added, names, node.input[0] + "_float", table)
+    return [helper.make_node("Gather", [name, node.input[1]], list(node.output), name=node.name, axis=0)]
 
 
 def _attention(node, weights, producers, added, names, kv_shapes: dict) -> list:

@@ -140,3 +140,26 @@ def test_the_chat_template_and_eos_ids_come_from_the_files_beside_the_model(prof
     assert decoder["chat_template"] == "{{ messages }}" and decoder["eos_token_ids"] == [2]
     (folder / "chat_template.jinja").write_text("{{ jinja }}")
     assert model_folder.chat_template(folder / "model.onnx") == "{{ jinja }}"
+
+
+def test_a_block_quantized_embedding_becomes_a_gather_of_its_dequantized_table():
+    """Tied int4 embeddings: GatherBlockQuantized over a Reshape of the LM head's MatMulNBits blocks."""
+    rng = np.random.default_rng(5)
+    vocab, k, block = 20, 64, 32
+    packed = rng.integers(0, 256, (vocab, k // block, block // 2), dtype=np.uint8)
+    scales = rng.uniform(0.01, 0.1, (vocab, k // block)).astype(np.float32)
+    shape = helper.make_node("Constant", [], ["shape"], value=onnx.numpy_helper.from_array(np.array([vocab, k // 2], np.int64)))
+    nodes = [shape, helper.make_node("Reshape", ["blocks", "shape"], ["table"]),
+             helper.make_node("GatherBlockQuantized", ["table", "ids", "scales"], ["y"], domain="com.microsoft",
+                              bits=4, block_size=block, gather_axis=0, quantize_axis=1)]
+    graph = helper.make_graph(nodes, "embed", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, k])],
+                              [onnx.numpy_helper.from_array(packed, "blocks"), onnx.numpy_helper.from_array(scales, "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=10)
+    ids = np.array([[0, 3, 19, 3, 7]], np.int64)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+    unpacked = unpack(model)
+    assert "GatherBlockQuantized" not in [n.op_type for n in unpacked.graph.node]
+    got = ort.InferenceSession(unpacked.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+    np.testing.assert_array_equal(got, want)
