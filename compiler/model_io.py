@@ -110,11 +110,24 @@ def _without_weight_data(model: onnx.ModelProto) -> onnx.ModelProto:
     for field, value in model.graph.ListFields():
         if field.name != "initializer":
             _copy_field(light.graph, field, value)
-    light.graph.initializer.extend(t for t in model.graph.initializer if not _is_large(t))
-    declared = {i.name for i in model.graph.input}
-    light.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                             for t in model.graph.initializer if _is_large(t) and t.name not in declared)
+    kept, inputs = weights_as_inputs(model.graph, _is_large)
+    light.graph.initializer.extend(kept)
+    light.graph.input.extend(inputs)
     return light
+
+
+def weights_as_inputs(graph: onnx.GraphProto, is_weight) -> tuple[list, list]:
+    """(the initializers to keep, typed inputs standing for the others): onnx's checker and shape
+    inference read an initializer's type and shape, not its data, which they would otherwise copy.
+    An initializer the graph already lists as an input (IR < 4) gets no second one."""
+    declared = {i.name for i in graph.input}
+    kept, inputs = [], []
+    for tensor in graph.initializer:
+        if not is_weight(tensor):
+            kept.append(tensor)
+        elif tensor.name not in declared:
+            inputs.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    return kept, inputs
 
 
 def _copy_field(target, field, value) -> None:

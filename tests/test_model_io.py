@@ -80,3 +80,15 @@ def test_mixed_onnxruntime_installs_are_reported(monkeypatch):
     monkeypatch.setattr(ort_env, "installed_ort_distributions", lambda: ["onnxruntime==1.31.1", "onnxruntime-gpu==1.31.1"])
     with pytest.raises(InfcError, match="both onnxruntime==1.31.1 and onnxruntime-gpu==1.31.1 are installed"):
         ort_env.require_onnxruntime()
+
+
+def test_weights_stand_as_typed_inputs_once():
+    """For onnx's checker and shape inference: an initializer an IR 3 graph also lists as an input
+    gets no second input."""
+    model = _weighted_model()
+    model.graph.input.append(helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [64, 64]))
+    kept, inputs = model_io.weights_as_inputs(model.graph, lambda t: True)
+    assert kept == [] and inputs == []
+    del model.graph.input[-1]
+    kept, inputs = model_io.weights_as_inputs(model.graph, lambda t: t.name == "w")
+    assert kept == [] and [(i.name, [d.dim_value for d in i.type.tensor_type.shape.dim]) for i in inputs] == [("w", [64, 64])]

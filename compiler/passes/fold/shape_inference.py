@@ -17,7 +17,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from ...graph import all_graphs
-from ...model_io import EXTERNAL_DATA_THRESHOLD_BYTES
+from ...model_io import EXTERNAL_DATA_THRESHOLD_BYTES, weights_as_inputs
 from ..stats import PassStats
 from .reshape_ranks import reshape_shapes
 
@@ -73,20 +73,19 @@ FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.
                          onnx.TensorProto.DOUBLE})
 
 
+def _is_float_weight(tensor: onnx.TensorProto) -> bool:
+    size = 1
+    for d in tensor.dims:
+        size *= d
+    return tensor.data_type in FLOAT_TYPES and size > WEIGHT_MIN_ELEMENTS
+
+
 def _weights_as_inputs(graph: onnx.GraphProto) -> None:
-    kept, moved = [], []
-    for tensor in graph.initializer:
-        size = 1
-        for d in tensor.dims:
-            size *= d
-        if tensor.data_type in FLOAT_TYPES and size > WEIGHT_MIN_ELEMENTS:
-            moved.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
-        else:
-            kept.append(tensor)
-    if moved:
+    kept, inputs = weights_as_inputs(graph, _is_float_weight)
+    if len(kept) != len(graph.initializer):
         del graph.initializer[:]
         graph.initializer.extend(kept)
-        graph.input.extend(moved)
+        graph.input.extend(inputs)
 
 
 def _run_inference(model: onnx.ModelProto) -> onnx.ModelProto:
