@@ -93,12 +93,21 @@ def graph_output_names(graph: gs.Graph) -> set[str]:
 class NameGen:
     """Fresh, unique tensor and node names for rewrites (one per top-level graph)."""
 
-    def __init__(self, graph: gs.Graph):
+    def __init__(self, graph: gs.Graph | None = None):
         self._taken = set()
-        for g in all_graphs(graph):
+        for g in all_graphs(graph) if graph is not None else ():
             self._taken.update(g.tensors().keys())
             self._taken.update(n.name for n in g.nodes if n.name)
         self._counter = itertools.count()
+
+    @classmethod
+    def of_onnx(cls, graph) -> NameGen:
+        """The same for an onnx GraphProto (its nodes, their outputs, its initializers and inputs)."""
+        names = cls()
+        names._taken.update(n.name for n in graph.node)
+        names._taken.update(o for n in graph.node for o in n.output)
+        names._taken.update(t.name for t in [*graph.initializer, *graph.input])
+        return names
 
     def __call__(self, hint: str) -> str:
         while True:

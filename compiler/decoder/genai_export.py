@@ -26,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import BadInput
+from ..graph import NameGen
 from .sites import NOT_RECOGNIZED
 
 MS = "com.microsoft"
@@ -42,7 +43,7 @@ def unpack(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     graph = out.graph
     weights = {t.name: t for t in graph.initializer}
-    names = _Names(graph)
+    names = NameGen.of_onnx(graph)
     producers = {o: n for n in model.graph.node for o in n.output}
     nodes, added = [], []
     kv_shapes: dict[str, tuple[int, int]] = {}  # past / present name -> (KV heads, head size)
@@ -50,8 +51,9 @@ def unpack(model: onnx.ModelProto) -> onnx.ModelProto:
     for node in graph.node:
         if node.domain == MS and node.op_type == "MatMulNBits":
             nodes += _matmul(node, weights, added, names)
-        elif node.domain == MS and node.op_type == "GatherBlockQuantized" and _gather_table(node, weights, producers) is not None:
-            nodes += _gather(node, weights, producers, added, names)
+        elif node.domain == MS and node.op_type == "GatherBlockQuantized":
+            table = _gather_table(node, weights, producers)  # None: it stays an onnxruntime island
+            nodes += [node] if table is None else _gather(node, table, weights, added, names)
         elif node.domain == MS and node.op_type == "GroupQueryAttention":
             if positions is None:
                 positions = helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
@@ -80,20 +82,6 @@ def _static_kv_shapes(graph: onnx.GraphProto, kv_shapes: dict) -> None:
             dims[1].dim_value, dims[3].dim_value = kv_shapes[value.name]
 
 
-class _Names:
-    def __init__(self, graph: onnx.GraphProto):
-        self.taken = {n.name for n in graph.node} | {o for n in graph.node for o in n.output} | {t.name for t in graph.initializer}
-        self.count = 0
-
-    def __call__(self, stem: str) -> str:
-        while True:
-            self.count += 1
-            name = f"{stem}_genai_{self.count}"
-            if name not in self.taken:
-                self.taken.add(name)
-                return name
-
-
 def _attrs(node: onnx.NodeProto) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
@@ -102,7 +90,7 @@ def _input(node: onnx.NodeProto, index: int) -> str:
     return node.input[index] if len(node.input) > index else ""
 
 
-def _const(added: list, names: _Names, stem: str, value) -> str:
+def _const(added: list, names: NameGen, stem: str, value) -> str:
     name = names(stem)
     added.append(numpy_helper.from_array(np.asarray(value), name))
     return name
@@ -187,11 +175,10 @@ def _gather_table(node, weights, producers) -> np.ndarray | None:
     return table
 
 
-def _gather(node, weights, producers, added, names) -> list:
+def _gather(node, packed: np.ndarray, weights, added, names) -> list:
     """GatherBlockQuantized -> Gather from the dequantized float32 table (rows blocked along the last axis)."""
     attrs = _attrs(node)
     bits, block = int(attrs.get("bits", 4)), int(attrs["block_size"])
-    packed = _gather_table(node, weights, producers)
     rows, k = packed.shape[0], packed.shape[1] * (8 // bits)
     blocks = packed.reshape(rows, -1, block * bits // 8)
     zero = numpy_helper.to_array(weights[node.input[3]]) if _input(node, 3) else None
