@@ -37,9 +37,9 @@ import threading
 
 import numpy as np
 
-from .gemm_impls import blas_threads, parallel_for
 from . import jit
 from .chain_gemm import candidate_rules, chain_product, k_blocks
+from .gemm_impls import blas_threads, parallel_for
 
 DENSE_PROBES = tuple(range(1, 17))  # the GEMV and smallest-kernel thresholds live here
 GROWTH = 1.5  # then probes every 1.5x up to the reference
@@ -93,16 +93,15 @@ def probe_rows(reference: int) -> list[int]:
 
 def _chain_edges(w: np.ndarray, x: np.ndarray, reference: np.ndarray) -> np.ndarray | None:
     """The cut of K under which the chain kernel gives the blocked GEMM's rows bit for bit, or None."""
-    blocks = column_blocks(*w.shape)
     rows = min(CHAIN_ROWS, len(x))
     tried = max(CHAIN_RULES_TRIED, CHAIN_PROBE_MACS // w.size)
     for rule, edges in candidate_rules(w.shape[0], _LAST_RULE[0])[:tried]:
         edges = np.asarray(edges, np.int64)
-        one = chain_product(x[:1], w, edges, blocks, np.empty((1, w.shape[1]), np.float32))
+        one = _chained(x[:1], w, edges)
         if one is None:
             return None  # compiled kernels are off
         if np.array_equal(one, reference[:1]):
-            several = chain_product(x[:rows], w, edges, blocks, np.empty((rows, w.shape[1]), np.float32))
+            several = _chained(x[:rows], w, edges)
             if several is not None and np.array_equal(several, reference[:rows]):
                 _LAST_RULE[0] = rule
                 return edges
@@ -191,7 +190,11 @@ def own_order_product(a: np.ndarray, w: np.ndarray) -> np.ndarray | None:
     OPENBLAS_CORETYPE=Haswell, rows differ with M at any size). As fast as a float64 GEMM on two
     threads from a few hundred rows, 2-3x faster below. None when compiled kernels are off: the
     caller then runs float64 (a process that turns them off midway mixes the two)."""
-    edges = np.asarray(k_blocks(w.shape[0], OWN_DEPTH, 1), np.int64)
+    return _chained(a, w, np.asarray(k_blocks(w.shape[0], OWN_DEPTH, 1), np.int64))
+
+
+def _chained(a: np.ndarray, w: np.ndarray, edges: np.ndarray) -> np.ndarray | None:
+    """a @ w on the chain kernel with K cut at `edges`, columns split as the recipe splits them."""
     return chain_product(np.ascontiguousarray(a), w, edges, column_blocks(*w.shape),
                          np.empty((a.shape[0], w.shape[1]), np.float32))
 
@@ -202,11 +205,9 @@ def row_invariant_product(a: np.ndarray, w: np.ndarray, rows_from: int) -> np.nd
     m = a.shape[0]
     if m <= CHAIN_ROWS or m < rows_from:
         edges = _CHAIN_EDGES.get((w.shape, w.strides))
-        if edges is not None:
-            out = chain_product(np.ascontiguousarray(a), w, edges, column_blocks(*w.shape),
-                                np.empty((m, w.shape[1]), np.float32))
-            if out is not None:
-                return out
+        out = None if edges is None else _chained(a, w, edges)
+        if out is not None:
+            return out
     if m >= rows_from:
         return _product(np.ascontiguousarray(a), w, np.empty((m, w.shape[1]), np.float32))
     padded = np.zeros((rows_from, a.shape[1]), np.float32)
