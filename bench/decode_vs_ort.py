@@ -64,7 +64,7 @@ class OrtLoop:
         self.past = [name for name in inputs if name.startswith(("past_key_values", "past."))]
         if not self.past or "input_ids" not in inputs:
             raise SystemExit(f"error: {model}: needs input_ids and past key/value inputs (past_key_values.* or past.*)")
-        outputs = [o.name for o in self.session.get_outputs()]
+        self.outputs = outputs = [o.name for o in self.session.get_outputs()]
         self.present = [name for name in outputs if name.startswith("present")]
         if len(self.present) != len(self.past):
             raise SystemExit(f"error: {model}: {len(self.past)} past inputs but {len(self.present)} present outputs")
@@ -90,8 +90,7 @@ class OrtLoop:
             start = time.perf_counter()
             results = self.session.run(None, feeds)
             times.append(time.perf_counter() - start)
-            names = [o.name for o in self.session.get_outputs()]
-            past = {p: results[names.index(q)] for p, q in zip(self.past, self.present)}
+            past = {p: results[self.outputs.index(q)] for p, q in zip(self.past, self.present)}
             tokens.append(results[self.logits][:, -1].argmax(-1))
             ids, position = tokens[-1][:, None].astype(np.int64), position + width
         return times[0], times[1:], np.stack(tokens, 1)

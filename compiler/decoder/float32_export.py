@@ -36,13 +36,9 @@ def as_float32(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _float32_tensor(tensor: TensorProto) -> TensorProto:
-    if tensor.data_type == TensorProto.BFLOAT16:
-        bits = (np.frombuffer(tensor.raw_data, np.uint16) if tensor.raw_data
-                else np.asarray(tensor.int32_data, np.uint32).astype(np.uint16))
-        values = (bits.astype(np.uint32) << 16).view(np.float32).reshape(tuple(tensor.dims))
-    else:
-        half = numpy_helper.to_array(tensor)
-        values = half.astype(np.float32)
+    half = numpy_helper.to_array(tensor)  # bfloat16 too (onnx reads it through ml_dtypes)
+    values = half.astype(np.float32)
+    if tensor.data_type == TensorProto.FLOAT16:
         # float16's extremes stand for -inf and +inf in an export's masks (torch.finfo(float16).min):
         # float32's own extremes keep that meaning (a score plus -65504 is no longer hidden in float32)
         limit = np.finfo(np.float16).max

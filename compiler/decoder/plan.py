@@ -37,8 +37,8 @@ from .batch_invariant import use_batch_invariant_gemms
 from .canonicalize import canonicalize
 from .float32_export import as_float32, half_kind
 from .genai_export import is_genai_export
-from .model_folder import chat_template, eos_token_ids, tokenizer_json
 from .genai_export import unpack as unpack_genai
+from .model_folder import chat_template, eos_token_ids, tokenizer_json
 from .mask_check import check_causal_masks
 from .pipeline import DECODER_PIPELINE
 from .position_reductions import fold_position_reductions
