@@ -52,7 +52,10 @@ ISLAND_OP = "__island__"
 SHAPE_SOURCES = {("", "Shape"), ("", "Size")}  # outputs depend on the input's shape only
 VOLATILE = {("", op) for op in ("RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike",
                                 "Bernoulli", "Multinomial", "Dropout")}
-MAX_CACHED_SHAPES = 64  # distinct shape states remembered before the memo starts over
+# distinct sets of input shapes remembered before the memo starts over. A run walks one state per
+# Shape step it passes, so the states allowed are this times the program's Shape steps (a cap on
+# states alone would forget everything within one run of a model with more Shape steps than it).
+MAX_CACHED_SHAPES = 64
 
 PLAIN, SOURCE, STATIC = 0, 1, 2
 NONE_SLOT, SINK_SLOT = 0, 1  # slot 0 always holds None (omitted inputs); unnamed outputs land in slot 1
@@ -115,6 +118,7 @@ class Executor:
         self._classify()
         self._assign_slots()
         self._states: dict[tuple, int] = {}
+        self._max_states = MAX_CACHED_SHAPES * max(1, sum(step.kind == SOURCE for step in self._steps))
         self._current: _Step | None = None  # the step running (to name it when it fails)
 
     def _prepare_or_own(self, step: dict, islands: dict[str, bytes]) -> list[_Step]:
@@ -329,7 +333,7 @@ class Executor:
                 self._observer(name, value)
 
     def _new_state(self, key: tuple) -> int:
-        if len(self._states) >= MAX_CACHED_SHAPES:  # many distinct shapes: forget them all, start over
+        if len(self._states) >= self._max_states:  # many distinct shapes: forget them all, start over
             self._forget_shapes()
         self._states[key] = len(self._states) + 1
         return self._states[key]

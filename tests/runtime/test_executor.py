@@ -154,3 +154,24 @@ def test_a_failed_run_forgets_the_memo():
     with pytest.raises(Exception):
         executor.run({"x": np.ones(3, F32)})  # 3 values cannot take shape (6,)
     assert executor._states == {} and all(not s.memo for s in executor._steps)
+
+
+def test_the_memo_holds_with_more_shape_steps_than_shapes_cached(monkeypatch):
+    # every Shape step a run passes is a state of its own: a model with more Shape steps than the
+    # cap on cached shape sets must still hit the memo from its second run on
+    monkeypatch.setattr("infc.compiler.runtime.executor.MAX_CACHED_SHAPES", 4)
+    steps, outputs = [], []
+    for i in range(10):
+        steps += [{"op": "Shape", "domain": "", "inputs": ["x"], "outputs": [f"s{i}"], "attrs": {}},
+                  {"op": "Mul", "domain": "", "inputs": [f"s{i}", "two"], "outputs": [f"m{i}"], "attrs": {}},
+                  {"op": "ConstantOfShape", "domain": "", "inputs": [f"m{i}"], "outputs": [f"c{i}"], "attrs": {}},
+                  {"op": "Concat", "domain": "", "inputs": ["x", f"c{i}"], "outputs": [f"y{i}"], "attrs": {"axis": 0}}]
+        outputs.append(f"y{i}")
+    executor = Executor(steps, {"two": np.array([2], np.int64)}, opset=17, output_names=outputs)
+    calls = []
+    for step in executor._steps[1::4]:
+        step.run = (lambda original: lambda *args: calls.append(1) or original(*args))(step.run)
+    for shape in [(3,), (3,), (5,), (3,), (5,)]:
+        out = executor.run({"x": np.ones(shape, F32)})
+        assert all(out[name].shape == (3 * shape[0],) for name in outputs)
+    assert len(calls) == 20  # each Mul once per distinct input shape
