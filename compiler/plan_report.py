@@ -50,8 +50,10 @@ def _decoder_summary(meta: dict) -> dict | None:
         return None
     gemms = sum(1 for s in meta["program"] if (s.get("domain"), s["op"]) == ("infc", "BatchInvariant"))
     legacy = sum(1 for s in meta["program"] if (s.get("domain"), s["op"]) == ("infc", "Float64"))
+    # GEMMs whose decode rows read 8-bit weight codes (decoder/weight_codes.py)
+    coded = sum(1 for s in meta["program"] if "weight_group" in (s.get("attrs") or {}))
     return {**{k: decoder.get(k) for k in DECODER_FIELDS}, "chat_template": bool(decoder.get("chat_template")),
-            "batch_invariant_gemms": gemms, "float64_gemms": legacy,
+            "batch_invariant_gemms": gemms, "float64_gemms": legacy, "gemms_reading_codes": coded,
             "gemm_invariance": GEMM_INVARIANCE if gemms else "float64 (a plan built before float32 GEMMs)"}
 
 
@@ -114,6 +116,9 @@ def print_plan_report(report: dict, console: Console) -> None:
                       f"head dim {decoder['head_dim']}, vocab {decoder['vocab_size']}, context {decoder['max_model_len']}, "
                       f"KV blocks of {decoder['block_size']} tokens, chat template: {'yes' if decoder['chat_template'] else 'no'}; "
                       f"{decoder['batch_invariant_gemms'] + decoder['float64_gemms']} GEMMs in {decoder['gemm_invariance']}")
+        if decoder.get("gemms_reading_codes"):
+            console.print(f"  {decoder['gemms_reading_codes']} of them read 8-bit weight codes for decode rows "
+                          "(the same sums as on the dequantized weights)")
     if report["tuning"]:
         console.print(_tuning_table(report["tuning"]))
     if report.get("gpu_host_ops"):

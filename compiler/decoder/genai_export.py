@@ -28,6 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import BadInput
 from ..graph import NameGen
 from .sites import NOT_RECOGNIZED
+from .weight_codes import WeightCodes
 
 MS = "com.microsoft"
 NEG_INF = float(np.finfo(np.float32).min)  # the mask's hidden entries (<= -1e30: mask_check.MASKED)
@@ -37,8 +38,10 @@ def is_genai_export(model: onnx.ModelProto) -> bool:
     return any(n.domain == MS and n.op_type in ("GroupQueryAttention", "MatMulNBits") for n in model.graph.node)
 
 
-def unpack(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy with MatMulNBits dequantized and GroupQueryAttention unpacked (module docstring)."""
+def unpack(model: onnx.ModelProto, codes: dict | None = None) -> onnx.ModelProto:
+    """A copy with MatMulNBits dequantized and GroupQueryAttention unpacked (module docstring).
+    `codes`, when given, receives each dequantized weight's name -> its WeightCodes (the plan keeps
+    those instead of the float32 weight: decoder/weight_codes.py)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = out.graph
@@ -50,7 +53,7 @@ def unpack(model: onnx.ModelProto) -> onnx.ModelProto:
     positions = None
     for node in graph.node:
         if node.domain == MS and node.op_type == "MatMulNBits":
-            nodes += _matmul(node, weights, added, names)
+            nodes += _matmul(node, weights, added, names, codes)
         elif node.domain == MS and node.op_type == "GatherBlockQuantized":
             table = _gather_table(node, weights, producers)  # None: it stays an onnxruntime island
             nodes += [node] if table is None else _gather(node, table, weights, added, names)
@@ -96,30 +99,41 @@ def _const(added: list, names: NameGen, stem: str, value) -> str:
     return name
 
 
-def dequantize_nbits(blocks: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, n: int, k: int,
-                     bits: int, block_size: int) -> np.ndarray:
-    """MatMulNBits' weight as float32 [N, K]: B [N, k_blocks, blob] uint8 (low bits first), scales per
-    (row, block), zero points packed like B (uint8) or given as floats; absent, 2^(bits - 1)."""
+def nbits_parts(blocks: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, n: int, k: int,
+                bits: int, block_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """MatMulNBits' weight in parts: codes uint8 [N, k_blocks * block_size], scales float32 and zero
+    points [N, k_blocks] (uint8 when the model's are packed like B or absent: 2^(bits - 1); float32
+    when it gives them as floats). B is [N, k_blocks, blob] uint8, low bits first."""
     k_blocks = -(-k // block_size)
     per_byte = 8 // bits
     mask = (1 << bits) - 1
     raw = blocks.reshape(n, k_blocks, -1).astype(np.uint8)
-    values = np.stack([(raw >> (bits * i)) & mask for i in range(per_byte)], axis=-1).reshape(n, k_blocks, -1)
-    values = values[:, :, :block_size].astype(np.float32)
+    codes = np.stack([(raw >> (bits * i)) & mask for i in range(per_byte)], axis=-1).reshape(n, k_blocks, -1)
+    codes = codes[:, :, :block_size].reshape(n, k_blocks * block_size)
     scale = scales.reshape(n, k_blocks).astype(np.float32)
     if zero_points is None:
-        zero = np.full((n, k_blocks), float(1 << (bits - 1)), np.float32)
+        zero = np.full((n, k_blocks), 1 << (bits - 1), np.uint8)
     elif zero_points.dtype == np.uint8:
         packed = zero_points.reshape(n, -1)
         zero = np.stack([(packed >> (bits * i)) & mask for i in range(per_byte)], axis=-1).reshape(n, -1)[:, :k_blocks]
-        zero = zero.astype(np.float32)
     else:
         zero = zero_points.reshape(n, k_blocks).astype(np.float32)
-    weight = (values - zero[:, :, None]) * scale[:, :, None]
-    return weight.reshape(n, k_blocks * block_size)[:, :k]
+    return codes, scale, zero
 
 
-def _matmul(node, weights, added, names) -> list:
+def dequantize_nbits(blocks: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, n: int, k: int,
+                     bits: int, block_size: int) -> np.ndarray:
+    """MatMulNBits' weight as float32 [N, K] (nbits_parts): (code - zero point) * scale, per block."""
+    return dequantize_parts(*nbits_parts(blocks, scales, zero_points, n, k, bits, block_size), k, block_size)
+
+
+def dequantize_parts(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, k: int, block_size: int) -> np.ndarray:
+    n = codes.shape[0]
+    centered = codes.reshape(n, scale.shape[1], block_size).astype(np.float32) - zero.astype(np.float32)[:, :, None]
+    return (centered * scale[:, :, None]).reshape(n, -1)[:, :k]
+
+
+def _matmul(node, weights, added, names, codes: dict | None) -> list:
     attrs = _attrs(node)
     b_name, s_name, z_name = _input(node, 1), _input(node, 2), _input(node, 3)
     if b_name not in weights or s_name not in weights or (z_name and z_name not in weights):
@@ -130,9 +144,12 @@ def _matmul(node, weights, added, names) -> list:
     if bits not in (2, 4, 8):
         raise BadInput(f"MatMulNBits '{node.name}': {bits}-bit weights are not supported")
     zero = numpy_helper.to_array(weights[z_name]) if z_name else None
-    weight = dequantize_nbits(numpy_helper.to_array(weights[b_name]), numpy_helper.to_array(weights[s_name]), zero,
-                              n, k, bits, block)
+    parts = nbits_parts(numpy_helper.to_array(weights[b_name]), numpy_helper.to_array(weights[s_name]), zero,
+                        n, k, bits, block)
+    weight = dequantize_parts(*parts, k, block)
     w_name = _const(added, names, b_name + "_float", np.ascontiguousarray(weight.T))
+    if codes is not None and parts[2].dtype == np.uint8:  # float zero points have no 8-bit form
+        codes[w_name] = WeightCodes.of_rows(parts, k, block)
     bias = _input(node, 5)
     if not bias:
         return [helper.make_node("MatMul", [node.input[0], w_name], list(node.output), name=node.name)]

@@ -43,6 +43,7 @@ from .mask_check import check_causal_masks
 from .pipeline import DECODER_PIPELINE
 from .position_reductions import fold_position_reductions
 from .sites import NOT_RECOGNIZED, find_sites
+from .weight_codes import attach_codes, store_codes
 
 PLAN_KIND = "decoder"
 DECODER_PRECISIONS = ("fp32", "w8")
@@ -107,8 +108,9 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
 def _paged_program(model: onnx.ModelProto, profile: Profile, options):
     """Optimize, find the attention sites, prove what paging drops, page, lower, smoke-run."""
     original_inputs = [value_info(t) for t in import_graph(model).inputs]
+    codes: dict = {}  # MatMulNBits weights' codes, kept in the plan instead of their float32 form
     if is_genai_export(model):  # GroupQueryAttention / MatMulNBits: into the form sites.py pages
-        model = unpack_genai(model)
+        model = unpack_genai(model, codes)
     optimized = optimize_model(model, DECODER_PIPELINE)
     graph = import_graph(optimized.model)
     sites = find_sites(graph, _attention_rejections(optimized))
@@ -123,6 +125,8 @@ def _paged_program(model: onnx.ModelProto, profile: Profile, options):
     decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"]))
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
     use_batch_invariant_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
+    store_codes(program, codes)
+    attach_codes(program)
     _smoke_run(program, decoder)
     return program, decoder
 
@@ -136,6 +140,7 @@ def weight_only_int8(program, decoder: dict, tokenizer: bytes | None, log) -> di
     sensitivity = select_fp32_weights(program_runner(reference, decoder, tokenizer),
                                       {n: dequantized(program.weights[n], axis) for n, axis in candidates.items()}, log=log)
     w8 = quantize_program_weights(program, keep_fp32=tuple(sensitivity.kept))
+    attach_codes(program)
     log(f"w8: {w8.num_weights} GEMM weights to int8, {len(w8.kept_fp32)} kept fp32 (calibration KL "
         f"{sensitivity.kl_all_int8:.3g} -> {sensitivity.kl_kept:.3g}); checking greedy tokens against fp32")
     greedy = greedy_agreement(reference, program, decoder)

@@ -11,8 +11,10 @@ SmolLM2 per-channel scales kept 96.9% of greedy steps and only 69% of whole 32-t
 
 On the CPU the DequantizeLinear steps read only weights, so the executor runs them once and keeps
 the result (its memo of weight-only steps; they come first, before any Shape step, so the memo's
-state never changes there): the weights are dequantized at the first run, GEMMs run as in an fp32
-plan. The plan file holds int8 (about 1/4 of the fp32 bytes). On a GPU the same sections feed the
+state never changes there): the weights are dequantized at the first run for GEMMs of many rows,
+as in an fp32 plan, while decode rows read the int8 codes (grouped weights get all-zero zero points
+for that: decoder/weight_codes.py, runtime/code_chain_gemm.py), with the same sums bit for bit.
+The plan file holds int8 (about 1/4 of the fp32 bytes). On a GPU the same sections feed the
 weight-only int8 kernels of #4, which dequantize inside the GEMM. Decoder builds leave the weights
 whose int8 error moves the logits most in fp32 (`keep_fp32`, chosen by w8_sensitivity.py).
 """
@@ -31,8 +33,8 @@ GEMM_OPS = {("", "MatMul"), ("", "Gemm"), ("com.microsoft", "FusedMatMul"), ("co
 MIN_ELEMENTS = 4096
 GROUP_SIZE = 16  # input channels per scale: scales add 1/4 to the int8 bytes (32 kept 79% of SmolLM2 tokens, 16 kept 85%)
 COMPUTE = (f"int8 weights with symmetric scales per output channel and group of {GROUP_SIZE} input channels in the "
-           "plan; on the CPU dequantized to fp32 once, at the first run (memoized DequantizeLinear steps); GEMMs then "
-           "run as in the fp32 plan")
+           "plan; on the CPU decode rows (up to 8 per step) read the int8 weights, with the same sums as the fp32 GEMM on "
+           "the dequantized weights; larger steps run that GEMM, the weights dequantized to fp32 once, at the first run")
 
 
 @dataclass
@@ -98,10 +100,14 @@ def quantize_program_weights(program, min_elements: int = MIN_ELEMENTS, group_si
         q_name, scale_name = f"{name}/w8", f"{name}/w8_scale"
         del program.weights[name]
         program.weights[q_name], program.weights[scale_name] = q, scale
+        inputs = [q_name, scale_name]
+        if "block_size" in attrs:  # zero points (all 0) make the step one decode kernels read (decoder/weight_codes.py)
+            program.weights[f"{name}/w8_zero"] = np.zeros_like(scale, np.int8)
+            inputs.append(f"{name}/w8_zero")
         dequantize_steps.append({"op": "DequantizeLinear", "domain": "", "name": f"{name}/w8_dequantize",
-                                 "inputs": [q_name, scale_name], "outputs": [name], "attrs": attrs})
+                                 "inputs": inputs, "outputs": [name], "attrs": attrs})
         bytes_fp32 += weight.nbytes
-        bytes_int8 += q.nbytes + scale.nbytes
+        bytes_int8 += sum(program.weights[n].nbytes for n in inputs)
     program.steps[:0] = dequantize_steps
     kept = [name for name in keep_fp32 if name in candidates]
     return W8Report(len(dequantize_steps), bytes_fp32, bytes_int8, skipped, kept,

@@ -39,6 +39,7 @@ import numpy as np
 
 from . import jit
 from .chain_gemm import candidate_rules, chain_product, k_blocks
+from .code_chain_gemm import codes_product
 from .gemm_impls import blas_threads, parallel_for
 
 DENSE_PROBES = tuple(range(1, 17))  # the GEMV and smallest-kernel thresholds live here
@@ -213,3 +214,21 @@ def row_invariant_product(a: np.ndarray, w: np.ndarray, rows_from: int) -> np.nd
     padded = np.zeros((rows_from, a.shape[1]), np.float32)
     padded[:m] = a
     return _product(padded, w, np.empty((rows_from, w.shape[1]), np.float32))[:m]
+
+
+def codes_rows_product(a: np.ndarray, w: np.ndarray, codes, rows_from: int | None) -> np.ndarray | None:
+    """The rows `row_invariant_product` (or, with rows_from None, `own_order_product`) would run on
+    the chain kernel, computed from `w`'s codes instead (runtime/code_chain_gemm.py: the same sums,
+    bit for bit, from a quarter of the bytes); None for the rows the BLAS serves, or when the probe
+    found no cut of K. `codes`: (codes [K, N], scale, zero [ceil(K / group), N], group)."""
+    m = a.shape[0]
+    if rows_from is None:
+        edges = np.asarray(k_blocks(w.shape[0], OWN_DEPTH, 1), np.int64)
+    elif m <= CHAIN_ROWS or m < rows_from:
+        edges = _CHAIN_EDGES.get((w.shape, w.strides))
+    else:
+        return None
+    if edges is None:
+        return None
+    values, scale, zero, group = codes
+    return codes_product(a, values, scale, zero, group, edges, column_blocks(*w.shape))

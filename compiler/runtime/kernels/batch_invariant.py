@@ -1,5 +1,7 @@
 """`infc.BatchInvariant`: a GEMM step of a decoder plan whose result for a row must not depend on how
-many rows the step has (attrs: inner_op, inner_domain, const_inputs, plus the inner op's own), and
+many rows the step has (attrs: inner_op, inner_domain, const_inputs, plus the inner op's own;
+`weight_group` when three more inputs give the weight as 8-bit codes, scales and zero points
+blocked along K: decode rows then read those, runtime/code_chain_gemm.py), and
 `infc.Float64`, the same step always in float64 (what plans built before float32 GEMMs hold).
 
 A float32 MatMul by a 2-D weight runs in float32 through invariant_gemm: the fixed BLAS recipe this
@@ -14,15 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..invariant_gemm import min_rows, own_order_product, row_invariant_product
+from ..invariant_gemm import codes_rows_product, min_rows, own_order_product, row_invariant_product
 from .common import KernelContext
 
 
 def _float32_rows(inputs, attrs) -> tuple[np.ndarray, np.ndarray] | None:
     """(rows [M, K], weight [K, N]) when the step is a float32 MatMul by a 2-D weight."""
-    if (attrs["inner_domain"], attrs["inner_op"]) != ("", "MatMul") or len(inputs) != 2:
+    if (attrs["inner_domain"], attrs["inner_op"]) != ("", "MatMul") or len(inputs) != (5 if "weight_group" in attrs else 2):
         return None
-    a, w = inputs
+    a, w = inputs[:2]
     if a is None or w is None or a.dtype != np.float32 or w.dtype != np.float32 or w.ndim != 2 or a.ndim < 2:
         return None
     if a.shape[-1] != w.shape[0] or 0 in a.shape or 0 in w.shape:
@@ -37,6 +39,8 @@ def float64_op(inputs, attrs, ctx):
         from . import kernel_for  # the registry imports this module
 
         inner = ctx.memo["kernel"] = kernel_for(attrs["inner_domain"], attrs["inner_op"])
+    if "weight_group" in attrs:  # the codes only restate the weight
+        inputs = inputs[:2]
     cast = []
     for index, x in enumerate(inputs):
         if x is None or x.dtype != np.float32:
@@ -48,7 +52,7 @@ def float64_op(inputs, attrs, ctx):
             cast.append(cached[1])
         else:
             cast.append(x.astype(np.float64))
-    inner_attrs = {k: v for k, v in attrs.items() if k not in ("inner_op", "inner_domain", "const_inputs")}
+    inner_attrs = {k: v for k, v in attrs.items() if k not in ("inner_op", "inner_domain", "const_inputs", "weight_group")}
     inner_ctx = ctx.memo.setdefault("ctx", KernelContext(ctx.opset))  # no (float32) output buffers
     results = inner(cast, inner_attrs, inner_ctx)
     return [r.astype(np.float32) if r is not None and r.dtype == np.float64 else r for r in results]
@@ -60,7 +64,11 @@ def batch_invariant(inputs, attrs, ctx):
         return float64_op(inputs, attrs, ctx)
     rows, w = operands
     rows_from = min_rows(w)
-    y = own_order_product(rows, w) if rows_from is None else row_invariant_product(rows, w, rows_from)
+    y = None
+    if "weight_group" in attrs:
+        y = codes_rows_product(rows, w, (*inputs[2:], attrs["weight_group"]), rows_from)
+    if y is None:
+        y = own_order_product(rows, w) if rows_from is None else row_invariant_product(rows, w, rows_from)
     if y is None:
         return float64_op(inputs, attrs, ctx)
     return [y.reshape(*inputs[0].shape[:-1], w.shape[1])]
