@@ -21,7 +21,7 @@ from .lower import Program, lower_graph, value_info
 from .memory_plan import plan_memory
 from .model_io import load_model
 from .optimize import optimize_model
-from .plan.format import write_plan
+from .plan.format import ArraySection, write_plan
 from .plan_report import kernel_name
 from .profile import Profile, check_profile_matches_model, default_profile, feeds_profile, load_profile
 from .runtime.executor import Executor
@@ -74,18 +74,17 @@ def sample_run(program: Program, feeds: dict) -> tuple[dict, dict[str, tuple]]:
     return executor.run(feeds), seen
 
 
-def weights_section(weights: dict[str, np.ndarray]) -> tuple[bytes, dict]:
-    """All weights in one section, each 64-byte aligned, described by (offset, dtype, shape)."""
-    table, chunks, offset = {}, [], 0
+def weights_section(weights: dict[str, np.ndarray]) -> tuple[ArraySection, dict]:
+    """All weights in one section, each 64-byte aligned, described by (offset, dtype, shape); the
+    section is written from the arrays themselves (plan/format.py)."""
+    table, parts, offset = {}, [], 0
     for name, array in weights.items():
         array = np.require(array, requirements="C")
-        pad = (-offset) % 64
-        chunks.append(b"\0" * pad)
-        offset += pad
+        offset += (-offset) % 64
         table[name] = {"section": "weights", "offset": offset, "dtype": array.dtype.name, "shape": list(array.shape)}
-        chunks.append(array.tobytes())
+        parts.append((offset, array.reshape(-1).view(np.uint8)))  # its bytes, not copied
         offset += array.nbytes
-    return b"".join(chunks), table
+    return ArraySection(parts, offset), table
 
 
 def build(model_path: str, profile_path: str | None, output: str, options: BuildOptions, log=lambda msg: None) -> dict:
@@ -106,7 +105,9 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
             raise BadInput(f"{profile_path}: decoder plans run on the CPU only so far; use --target cpu")
         options.target = "cpu"
         from .decoder import build_decoder_plan  # noqa: PLC0415 - it imports helpers from this module
-        return build_decoder_plan(model_path, model, profile, output, options, log)
+        handed = [model]  # the decoder build drops the loaded model once optimized: keep no reference here
+        del model
+        return build_decoder_plan(model_path, handed, profile, output, options, log)
     check_profile_matches_model(profile, graph_inputs)
     for note in target_notes:
         log(note)

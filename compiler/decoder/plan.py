@@ -49,8 +49,10 @@ PLAN_KIND = "decoder"
 DECODER_PRECISIONS = ("fp32", "w8")
 
 
-def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profile, output: Path, options,
+def build_decoder_plan(model_path: Path, handed: list[onnx.ModelProto], profile: Profile, output: Path, options,
                        log=lambda msg: None) -> dict:
+    """`handed`: [the loaded model], which the build takes out of the list and drops once it is
+    optimized (its weights are as large as the model)."""
     from ..build import _summary, cache_front, weights_section  # here: build imports us
 
     started = time.perf_counter()
@@ -68,12 +70,12 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
     if hit:
         return hit
 
-    export_dtype = half_kind(model)
+    export_dtype = half_kind(handed[0])
     if export_dtype:
         log(f"{export_dtype} export: served in float32 (weights widened exactly; logits come out float32)")
-        model = as_float32(model)
+        handed[0] = as_float32(handed[0])
     try:
-        program, decoder = _paged_program(model, profile, options)
+        program, decoder = _paged_program(handed, profile, options)
     except BadInput as e:  # name the model, as every bad-input error names its file
         if str(e).startswith(NOT_RECOGNIZED):
             raise BadInput(f"{model_path}: {e}") from None
@@ -105,13 +107,15 @@ def build_decoder_plan(model_path: Path, model: onnx.ModelProto, profile: Profil
             **({"precision": precision} if precision else {})}
 
 
-def _paged_program(model: onnx.ModelProto, profile: Profile, options):
+def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     """Optimize, find the attention sites, prove what paging drops, page, lower, smoke-run."""
+    model = handed.pop()
     original_inputs = [value_info(t) for t in import_graph(model).inputs]
     codes: dict = {}  # MatMulNBits weights' codes, kept in the plan instead of their float32 form
     if is_genai_export(model):  # GroupQueryAttention / MatMulNBits: into the form sites.py pages
         model = unpack_genai(model, codes)
     optimized = optimize_model(model, DECODER_PIPELINE)
+    del model  # the last reference to the loaded model's weights
     graph = import_graph(optimized.model)
     sites = find_sites(graph, _attention_rejections(optimized))
     past = {t.name for s in sites for t in s.past}
@@ -125,6 +129,7 @@ def _paged_program(model: onnx.ModelProto, profile: Profile, options):
     decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"]))
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
     use_batch_invariant_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
+    del graph, optimized  # the program holds the weights now: the optimized model's copy can go
     store_codes(program, codes)
     attach_codes(program)
     _smoke_run(program, decoder)

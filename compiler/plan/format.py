@@ -34,13 +34,48 @@ def _aligned(offset: int) -> int:
     return (offset + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
-def write_plan(path: str | os.PathLike, meta: dict, sections: dict[str, bytes]) -> None:
+class ArraySection:
+    """A section of arrays at given offsets (zero bytes between), written from the arrays themselves:
+    joining a model's weights into one bytes object first held two more copies of them at the end
+    of a build (a 2 GB decoder peaked 4.4 GB higher)."""
+
+    def __init__(self, parts: list[tuple[int, object]], size: int):
+        self.parts = parts  # (offset, a 1-D bytes-like object, e.g. a uint8 view of an array), offsets increasing
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def pieces(self):
+        """(offset, bytes-like) of every part, then the zero padding up to the end, in order."""
+        position = 0
+        for offset, array in self.parts:
+            if offset > position:
+                yield position, bytes(offset - position)
+            view = memoryview(array)
+            yield offset, view
+            position = offset + view.nbytes
+        if self.size > position:
+            yield position, bytes(self.size - position)
+
+    def sha256(self) -> str:
+        digest = hashlib.sha256()
+        for _, piece in self.pieces():
+            digest.update(piece)
+        return digest.hexdigest()
+
+
+def _digest(data) -> str:
+    return data.sha256() if isinstance(data, ArraySection) else hashlib.sha256(data).hexdigest()
+
+
+def write_plan(path: str | os.PathLike, meta: dict, sections: dict[str, bytes | ArraySection]) -> None:
     """Atomic: written under a temporary name in the same folder, then renamed."""
     path = Path(path)
     table, offset = [], 0
     for name, data in sections.items():
         offset = _aligned(offset)
-        table.append({"name": name, "offset": offset, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+        table.append({"name": name, "offset": offset, "size": len(data), "sha256": _digest(data)})
         offset += len(data)
     header = json.dumps({"meta": meta, "sections": table}, separators=(",", ":")).encode()
     data_start = _aligned(_PREFIX.size + len(header))
@@ -48,8 +83,13 @@ def write_plan(path: str | os.PathLike, meta: dict, sections: dict[str, bytes]) 
         handle.write(_PREFIX.pack(MAGIC, FORMAT_VERSION, len(header), hashlib.sha256(header).digest()))
         handle.write(header)
         for entry, data in zip(table, sections.values()):
-            handle.seek(data_start + entry["offset"])
-            handle.write(data)
+            if isinstance(data, ArraySection):
+                for at, piece in data.pieces():
+                    handle.seek(data_start + entry["offset"] + at)
+                    handle.write(piece)
+            else:
+                handle.seek(data_start + entry["offset"])
+                handle.write(data)
         handle.truncate(data_start + offset)
 
 

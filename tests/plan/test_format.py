@@ -57,3 +57,21 @@ def test_newer_format_version_is_refused(tmp_path):
     path.write_bytes(data)
     with pytest.raises(BadInput, match="newer than this infc reads"):
         read_plan(path)
+
+
+def test_an_array_section_is_written_from_the_arrays_as_their_bytes_joined(tmp_path):
+    from infc.compiler.build import weights_section
+
+    weights = {"scalar": np.array(3.5, np.float32), "ids": np.arange(5, dtype=np.int64), "flags": np.array([True, False]),
+               "half": np.ones((3, 4), np.float16), "strided": np.ones((2, 3), np.float32)[:, ::2],
+               "empty": np.zeros((0, 3), np.float32), "bytes": np.array(7, np.int8)}
+    section, table = weights_section(weights)
+    joined = bytearray(len(section))
+    for name, array in weights.items():
+        data = np.ascontiguousarray(array).tobytes()
+        joined[table[name]["offset"]:table[name]["offset"] + len(data)] = data
+    path = tmp_path / "p.plan"
+    write_plan(path, {"weights": table}, {"weights": section, "after": b"abc"})
+    plan = read_plan(path)  # checks each section's sha256
+    assert bytes(plan.sections["weights"]) == bytes(joined) and bytes(plan.sections["after"]) == b"abc"
+    assert all(offset % 64 == 0 for offset in (entry["offset"] for entry in table.values()))
