@@ -31,7 +31,8 @@ from .sites import NOT_RECOGNIZED
 from .weight_codes import WeightCodes
 
 MS = "com.microsoft"
-NEG_INF = float(np.finfo(np.float32).min)  # the mask's hidden entries (<= -1e30: mask_check.MASKED)
+NEG_INF = float(np.finfo(np.float32).min)
+DEQUANTIZE_BLOCKED_OPSET = 21  # DequantizeLinear's block_size  # the mask's hidden entries (<= -1e30: mask_check.MASKED)
 
 
 def is_genai_export(model: onnx.ModelProto) -> bool:
@@ -47,6 +48,7 @@ def unpack(model: onnx.ModelProto, codes: dict | None = None) -> onnx.ModelProto
     graph = out.graph
     weights = {t.name: t for t in graph.initializer}
     names = NameGen.of_onnx(graph)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     producers = {o: n for n in model.graph.node for o in n.output}
     nodes, added = [], []
     kv_shapes: dict[str, tuple[int, int]] = {}  # past / present name -> (KV heads, head size)
@@ -56,7 +58,7 @@ def unpack(model: onnx.ModelProto, codes: dict | None = None) -> onnx.ModelProto
             nodes += _matmul(node, weights, added, names, codes)
         elif node.domain == MS and node.op_type == "GatherBlockQuantized":
             table = _gather_table(node, weights, producers)  # None: it stays an onnxruntime island
-            nodes += [node] if table is None else _gather(node, table, weights, added, names)
+            nodes += [node] if table is None else _gather(node, table, weights, added, names, opset)
         elif node.domain == MS and node.op_type == "GroupQueryAttention":
             if positions is None:
                 positions = helper.make_tensor_value_info("position_ids", TensorProto.INT64, ["batch_size", "sequence_length"])
@@ -192,16 +194,27 @@ def _gather_table(node, weights, producers) -> np.ndarray | None:
     return table
 
 
-def _gather(node, packed: np.ndarray, weights, added, names) -> list:
-    """GatherBlockQuantized -> Gather from the dequantized float32 table (rows blocked along the last axis)."""
+def _gather(node, packed: np.ndarray, weights, added, names, opset: int) -> list:
+    """GatherBlockQuantized -> the rows' codes, scales and zero points gathered, then a blocked
+    DequantizeLinear (opset 21 on): the plan keeps the 8-bit codes, not a float32 table; before
+    opset 21, or with float zero points, a Gather from the dequantized float32 table."""
     attrs = _attrs(node)
     bits, block = int(attrs.get("bits", 4)), int(attrs["block_size"])
     rows, k = packed.shape[0], packed.shape[1] * (8 // bits)
     blocks = packed.reshape(rows, -1, block * bits // 8)
     zero = numpy_helper.to_array(weights[node.input[3]]) if _input(node, 3) else None
-    table = dequantize_nbits(blocks, numpy_helper.to_array(weights[node.input[2]]), zero, rows, k, bits, block)
-    name = _const(added, names, node.input[0] + "_float", table)
-    return [helper.make_node("Gather", [name, node.input[1]], list(node.output), name=node.name, axis=0)]
+    parts = nbits_parts(blocks, numpy_helper.to_array(weights[node.input[2]]), zero, rows, k, bits, block)
+    ids = node.input[1]
+    if opset < DEQUANTIZE_BLOCKED_OPSET or parts[2].dtype != np.uint8:
+        name = _const(added, names, node.input[0] + "_float", dequantize_parts(*parts, k, block))
+        return [helper.make_node("Gather", [name, ids], list(node.output), name=node.name, axis=0)]
+    gathered = []
+    for part, stem in zip(parts, ("codes", "scales", "zero_points")):
+        table = _const(added, names, f"{node.input[0]}_{stem}", np.ascontiguousarray(part))
+        gathered.append(helper.make_node("Gather", [table, ids], [names(f"{node.name}_{stem}")], name=names(node.name), axis=0))
+    dequantize = helper.make_node("DequantizeLinear", [g.output[0] for g in gathered], list(node.output),
+                                  name=names(node.name + "_dequantize"), axis=-1, block_size=block)
+    return [*gathered, dequantize]
 
 
 def _attention(node, weights, producers, added, names, kv_shapes: dict) -> list:

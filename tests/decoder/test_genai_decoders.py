@@ -18,6 +18,10 @@ from onnx import TensorProto, helper
 from infc.compiler import model_io
 from infc.compiler.decoder import model_folder
 from infc.compiler.decoder.genai_export import dequantize_nbits, unpack
+from infc.compiler.graph import import_graph
+from infc.compiler.lower import lower_graph
+from infc.compiler.runtime.executor import Executor
+from infc.compiler.runtime.kernels import has_kernel
 from infc.compiler.plan.format import read_plan
 from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.testing import FIXTURES
@@ -142,8 +146,11 @@ def test_the_chat_template_and_eos_ids_come_from_the_files_beside_the_model(prof
     assert model_folder.chat_template(folder / "model.onnx") == "{{ jinja }}"
 
 
-def test_a_block_quantized_embedding_becomes_a_gather_of_its_dequantized_table():
-    """Tied int4 embeddings: GatherBlockQuantized over a Reshape of the LM head's MatMulNBits blocks."""
+@pytest.mark.parametrize("opset, kept_as", [(21, "DequantizeLinear"), (17, "Gather")])
+def test_a_block_quantized_embedding_gathers_its_codes_or_its_dequantized_table(opset, kept_as):
+    """Tied int4 embeddings: GatherBlockQuantized over a Reshape of the LM head's MatMulNBits blocks.
+    From opset 21 the rows' codes are gathered and dequantized (blocked DequantizeLinear); before, the
+    rows of a float32 table. Either way the values are onnxruntime's, bit for bit."""
     rng = np.random.default_rng(5)
     vocab, k, block = 20, 64, 32
     packed = rng.integers(0, 256, (vocab, k // block, block // 2), dtype=np.uint8)
@@ -155,11 +162,14 @@ def test_a_block_quantized_embedding_becomes_a_gather_of_its_dequantized_table()
     graph = helper.make_graph(nodes, "embed", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 5])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, k])],
                               [onnx.numpy_helper.from_array(packed, "blocks"), onnx.numpy_helper.from_array(scales, "scales")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)],
                               ir_version=10)
     ids = np.array([[0, 3, 19, 3, 7]], np.int64)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
     unpacked = unpack(model)
-    assert "GatherBlockQuantized" not in [n.op_type for n in unpacked.graph.node]
+    ops = [n.op_type for n in unpacked.graph.node]
+    assert "GatherBlockQuantized" not in ops and ops[-1] == kept_as
     got = ort.InferenceSession(unpacked.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
     np.testing.assert_array_equal(got, want)
+    program = lower_graph(import_graph(unpacked), has_kernel)
+    np.testing.assert_array_equal(Executor(program.steps, program.weights, opset).run({"ids": ids})["y"], want)  # infc's too
