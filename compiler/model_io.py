@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, EncodeError
 
 from .atomic import atomic_path
 from .errors import BadInput
@@ -183,30 +185,71 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike) -> None:
                 onnx.save_model(model, tmp_model)
             else:
                 with atomic_path(folder / data_name) as tmp_data:  # renamed first: the model names it
-                    # External data paths are relative to the model file, so they must name the final file.
-                    onnx.save_model(model, tmp_model, save_as_external_data=True, all_tensors_to_one_file=True,
-                                    location=tmp_data.name, size_threshold=1024)
-                    _rename_external_location(tmp_model, tmp_data.name, data_name)
+                    # external data paths are relative to the model file: they name the final file
+                    _save_with_external_data(model, tmp_model, tmp_data, data_name)
     except OSError as exc:
         raise BadInput(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+EXTERNAL_TENSOR_MIN_BYTES = 1024  # smaller initializers stay in the model file
+EXTERNAL_ALIGNMENT = 4096  # each tensor's data starts on a page: onnxruntime can map it
+
+
+def _save_with_external_data(model: onnx.ModelProto, model_file, data_file, location: str) -> None:
+    """The model with its large top-level initializers' bytes in `data_file`, named `location` in the
+    model, and `model` left as it was: onnx.save_model's external-data path empties the tensors it
+    moves out, and serializing first is not possible past protobuf's 2 GiB."""
+    light = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name != "graph":
+            _copy_field(light, field, value)
+    for field, value in model.graph.ListFields():
+        if field.name != "initializer":
+            _copy_field(light.graph, field, value)
+    offset = 0
+    with open(data_file, "wb") as data:
+        for tensor in model.graph.initializer:
+            if len(tensor.raw_data) < EXTERNAL_TENSOR_MIN_BYTES:
+                light.graph.initializer.append(tensor)
+                continue
+            stub = light.graph.initializer.add()
+            for field, value in tensor.ListFields():
+                if field.name != "raw_data":
+                    _copy_field(stub, field, value)
+            offset += data.write(bytes((-offset) % EXTERNAL_ALIGNMENT))
+            length = data.write(tensor.raw_data)
+            stub.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+                entry = stub.external_data.add()
+                entry.key, entry.value = key, value
+            offset += length
+    onnx.save_model(light, model_file)
 
 
 def _fits_bytesize(model: onnx.ModelProto) -> bool:
     try:
         model.ByteSize()
         return True
-    except ValueError:
+    except (ValueError, EncodeError):  # past protobuf's 2 GiB (the pure-Python and upb backends differ)
         return False
 
 
-def _rename_external_location(model_path: str, old: str, new: str) -> None:
-    model = onnx.load(model_path, load_external_data=False)
-    tensors = list(onnx.external_data_helper._get_all_tensors(model))
-    for tensor in tensors:
-        for entry in tensor.external_data:
-            if entry.key == "location" and entry.value == old:
-                entry.value = new
-    onnx.save_model(model, model_path)
+def serialized(model: onnx.ModelProto) -> bytes | None:
+    """The model's bytes, or None past protobuf's 2 GiB limit (write it with external data instead)."""
+    try:
+        return model.SerializeToString()
+    except (ValueError, EncodeError):
+        return None
+
+
+@contextlib.contextmanager
+def as_model_file(model: onnx.ModelProto):
+    """A path onnxruntime or onnx can load the model from: a temporary file, its weights in a data
+    file beside it (any size)."""
+    with tempfile.TemporaryDirectory(prefix="infc-model-") as folder:
+        path = os.path.join(folder, "model.onnx")
+        _save_with_external_data(model, path, os.path.join(folder, "model.data"), "model.data")
+        yield path
 
 
 def _first_line(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ import onnx
 
 from .errors import BadInput, InfcError
 from .feeds import random_feeds
+from .model_io import as_model_file, serialized
 from .ort_env import require_onnxruntime
 
 
@@ -34,7 +35,11 @@ def ort_session(model: onnx.ModelProto, optimize: bool = False):
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4  # failures surface as our one-line errors, not as ORT's log lines
     try:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        data = serialized(model)
+        if data is not None:
+            return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        with as_model_file(model) as path:  # past 2 GiB: through a file with external data (read at load)
+            return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - ORT's reason, in one line
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise BadInput(f"onnxruntime cannot load the model, the reference for numerical checks "

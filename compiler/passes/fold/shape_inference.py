@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import tempfile
 
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from google.protobuf.message import EncodeError
 
 from ...graph import all_graphs
-from ...model_io import EXTERNAL_DATA_THRESHOLD_BYTES, weights_as_inputs
+from ...model_io import EXTERNAL_DATA_THRESHOLD_BYTES, as_model_file, weights_as_inputs
 from ..stats import PassStats
 from .reshape_ranks import reshape_shapes
 
@@ -126,11 +125,9 @@ def _run_inference(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         if model.ByteSize() < EXTERNAL_DATA_THRESHOLD_BYTES:
             return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except ValueError:
+    except (ValueError, EncodeError):  # past protobuf's 2 GiB
         pass
-    with tempfile.TemporaryDirectory() as tmp:  # protobuf's 2 GiB limit: go through a file
-        path = os.path.join(tmp, "m.onnx")
-        onnx.save_model(model, path, save_as_external_data=True, location="m.data")
+    with as_model_file(model) as path:  # protobuf's 2 GiB limit: go through a file (`model` stays whole)
         onnx.shape_inference.infer_shapes_path(path, path + ".out", strict_mode=False, data_prop=True)
         return onnx.load(path + ".out", load_external_data=False)
 
