@@ -103,8 +103,8 @@ def _check_weight_sizes(graph: onnx.GraphProto, path: Path) -> None:
                            f"{list(tensor.dims)} ({expected} expected): truncated or corrupt")
 
 
-def _without_weight_data(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of the model whose large top-level initializers are graph inputs of their type and shape."""
+def _without_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of the model but for its main graph's initializers (which it does not copy)."""
     light = onnx.ModelProto()
     for field, value in model.ListFields():
         if field.name != "graph":
@@ -112,6 +112,12 @@ def _without_weight_data(model: onnx.ModelProto) -> onnx.ModelProto:
     for field, value in model.graph.ListFields():
         if field.name != "initializer":
             _copy_field(light.graph, field, value)
+    return light
+
+
+def _without_weight_data(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of the model whose large top-level initializers are graph inputs of their type and shape."""
+    light = _without_initializers(model)
     kept, inputs = weights_as_inputs(model.graph, _is_large)
     light.graph.initializer.extend(kept)
     light.graph.input.extend(inputs)
@@ -199,13 +205,7 @@ def _save_with_external_data(model: onnx.ModelProto, model_file, data_file, loca
     """The model with its large top-level initializers' bytes in `data_file`, named `location` in the
     model, and `model` left as it was: onnx.save_model's external-data path empties the tensors it
     moves out, and serializing first is not possible past protobuf's 2 GiB."""
-    light = onnx.ModelProto()
-    for field, value in model.ListFields():
-        if field.name != "graph":
-            _copy_field(light, field, value)
-    for field, value in model.graph.ListFields():
-        if field.name != "initializer":
-            _copy_field(light.graph, field, value)
+    light = _without_initializers(model)
     offset = 0
     with open(data_file, "wb") as data:
         for tensor in model.graph.initializer:
