@@ -137,6 +137,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
                          {k: list(v) for k, v in profile.shapes("max").items()})
 
     from .tune_plan import tune_program  # the tuner is heavy: only builds that miss the cache load it
+    from .tune_vendor import drop_packings_onnxruntime_replaces
 
     cuda_fallback = None
     if options.target == "cuda":  # GPU tuning, cubins, self-check; auto falls back to a CPU plan (build_cuda.py)
@@ -149,6 +150,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     else:
         tuning = tune_program(program, shapes_by_level, profile, options, log,
                               feeds=_level_feeds(program, profile.shapes("opt"), rows, given, seed=1))
+        drop_packings_onnxruntime_replaces(program)
     blob, weight_table = weights_section(program.weights)
     meta = {
         "infc_version": __version__, "kind": PLAN_KIND, "target": fingerprint, "opset": program.opset,

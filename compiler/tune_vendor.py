@@ -198,3 +198,21 @@ def _row(result, data: dict, text: str) -> dict:
             "candidates": [{"config": str(c.config), "pct_of_vendor": c_json["percent_of_vendor"], "status": c.status,
                             "median_us": None if c_json["median_s"] is None else round(c_json["median_s"] * 1e6, 2)}
                            for c, c_json in zip(result.candidates, data["candidates"])]}
+
+
+def drop_packings_onnxruntime_replaces(program: Program) -> int:
+    """A TunedMatMul that the plan runs in onnxruntime reads only its original weight there: its
+    tuned variants' packed copies (each as large as the weight: a 1.2 GB encoder's plan was 3.2 GB)
+    leave the plan. Should its session not load at run time, the step falls back to a plain matmul
+    on the weight. Returns how many packed weights left."""
+    dropped = set()
+    for step in program.steps:
+        if step.get("tactic") == TACTIC and (step.get("domain"), step["op"]) == ("infc.cpu", "TunedMatMul"):
+            dropped.update(step["inputs"][2:])
+            step["inputs"] = step["inputs"][:2]
+            step["attrs"] = {**step["attrs"], "variants": []}
+    still_read = {name for step in program.steps for name in step["inputs"]} | {o["name"] for o in program.outputs}
+    gone = [name for name in dropped if name in program.weights and name not in still_read]
+    for name in gone:
+        del program.weights[name]
+    return len(gone)

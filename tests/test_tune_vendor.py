@@ -242,3 +242,26 @@ def test_the_context_choice_is_replayed_from_the_timing_cache():
     other = {"pixel_values": feeds["pixel_values"][:2]}
     _, program, _ = _program()
     assert str(tune_context.context_key(program, other, "test")) != str(tune_context.context_key(program, feeds, "test"))
+
+
+def test_steps_onnxruntime_runs_keep_no_packed_copies_of_their_weights(tmp_path):
+    # the tuned variants' packed weights serve infc's kernels only; a step run in onnxruntime reads the
+    # weight itself, and falls back to a plain matmul on it when its session cannot load
+    from infc.compiler.lower import Program
+    from infc.compiler.tune_vendor import drop_packings_onnxruntime_replaces
+
+    w = np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32)
+    step = {"op": "TunedMatMul", "domain": "infc.cpu", "inputs": ["x", "w", "w@blocked", "w@shared"], "outputs": ["y"],
+            "attrs": {"variants": [{"m_max": 4, "impl": "matmul", "params": {}, "packed": {"w": 1}, "source": "tuned"}]},
+            "tactic": "onnxruntime"}
+    other = {"op": "Relu", "domain": "", "inputs": ["w@shared"], "outputs": ["z"], "attrs": {}}
+    program = Program([step, other], {"w": w, "w@blocked": w.ravel().copy(), "w@shared": w.copy()}, [],
+                      [{"name": "y"}, {"name": "z"}], 17)
+    assert drop_packings_onnxruntime_replaces(program) == 1
+    assert step["inputs"] == ["x", "w"] and step["attrs"]["variants"] == []
+    assert set(program.weights) == {"w", "w@shared"}  # another step still reads that one
+    x = np.random.default_rng(1).standard_normal((3, 32)).astype(np.float32)
+    plain = {**step}
+    del plain["tactic"]  # infc's kernel, as when the session cannot load
+    y = Executor([plain], program.weights, 17, output_names=["y"]).run({"x": x})["y"]
+    np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
