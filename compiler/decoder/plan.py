@@ -142,6 +142,9 @@ def weight_only_int8(program, decoder: dict, tokenizer: bytes | None, log) -> di
     seeded prompts."""
     reference = dataclasses.replace(program, steps=copy.deepcopy(program.steps), weights=dict(program.weights))
     candidates, _ = quantizable_weights(program)
+    coded = sum(1 for step in program.steps if "weight_group" in step["attrs"])
+    if not candidates and coded:
+        log(f"w8: no float32 GEMM weight to quantize: {coded} GEMMs already read the model's own quantized codes")
     sensitivity = select_fp32_weights(program_runner(reference, decoder, tokenizer),
                                       {n: dequantized(program.weights[n], axis) for n, axis in candidates.items()}, log=log)
     w8 = quantize_program_weights(program, keep_fp32=tuple(sensitivity.kept))
