@@ -135,3 +135,16 @@ def runner_greedy(runner, prompts_: list[list[int]], num_tokens: int, chunk_size
 @pytest.fixture
 def runner_for(decoder_plans):
     return lambda name: load_model_runner(decoder_plans[name])
+
+
+def assert_invariant_to_batch_and_chunks(runner, requests: list[list[int]], num_tokens: int, num_alone: int,
+                                         chunk_sizes: list[int], budget: int) -> None:
+    """Each of the first `num_alone` requests' logits are bitwise the same alone as in the batch of all,
+    and every request's the same with its prompt prefilled in chunks of `chunk_sizes`."""
+    alone = [runner_greedy(runner, [p], num_tokens)[1][0] for p in requests[:num_alone]]
+    _, batched = runner_greedy(runner, requests, num_tokens)
+    _, chunked = runner_greedy(runner, requests, num_tokens, chunk_sizes=chunk_sizes, budget=budget)
+    for i in range(num_alone):
+        assert all(np.array_equal(a, b) for a, b in zip(alone[i], batched[i])), f"request {i}: alone != batched"
+    for i in range(len(requests)):
+        assert all(np.array_equal(a, b) for a, b in zip(batched[i], chunked[i])), f"request {i}: chunked prefill differs"

@@ -14,7 +14,7 @@ from infc.compiler.runtime.executor import Executor
 from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.testing import FIXTURES
 
-from .conftest import build_plan, prompts, runner_greedy
+from .conftest import assert_invariant_to_batch_and_chunks, build_plan, prompts
 from .test_genai_decoders import profile  # noqa: F401 - the fixture
 
 GROUP = 16
@@ -77,13 +77,7 @@ def test_a_genai_int4_plan_reads_codes_and_keeps_batch_invariance(profile, tmp_p
     assert not any(s["inputs"][1] in meta["weights"] for s in gemms)  # no float32 GEMM weight in the plan
     runner = load_model_runner(plan)
     requests = prompts(8, runner.spec.vocab_size, seed=7, max_len=40)
-    alone = [runner_greedy(runner, [p], 10)[1][0] for p in requests[:2]]
-    _, batched = runner_greedy(runner, requests, 10)
-    _, chunked = runner_greedy(runner, requests, 10, chunk_sizes=[3, 5, 16] * 3, budget=48)
-    for i in range(2):
-        assert all(np.array_equal(a, b) for a, b in zip(alone[i], batched[i])), f"request {i}: alone != batched"
-    for i in range(len(requests)):
-        assert all(np.array_equal(a, b) for a, b in zip(batched[i], chunked[i])), f"request {i}: chunked differs"
+    assert_invariant_to_batch_and_chunks(runner, requests, 10, num_alone=2, chunk_sizes=[3, 5, 16] * 3, budget=48)
 
 
 @pytest.mark.parametrize("name", ["llama_ts"])
