@@ -48,7 +48,7 @@ def infer_shapes(graph: gs.Graph) -> dict[str, tuple]:
                 tensor.shape = [None if d == 0 else d for d in tensor.shape]
     with _weights_as_graph_inputs(graph):
         model = gs.export_onnx(graph, do_type_check=False)
-    _weights_as_inputs(model.graph)  # any left (subgraphs' own)
+    _weights_as_inputs(model.graph)  # those the swap left as they were (bfloat16 given as its ONNX type)
     del model.graph.value_info[:]
     for output in model.graph.output:
         output.type.tensor_type.ClearField("shape")
