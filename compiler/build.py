@@ -121,6 +121,10 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     precision = reduce_precision(model, optimized.model, profile, options.precision, options.precision_settings, log)
     graph = import_graph(precision.model)
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
+    # the program holds the weights now: the optimized model's copies go (the given model stays, the
+    # reference of --verify and of the precision report)
+    del graph, optimized
+    precision.model = None
     precision_meta = precision.finish(program, log)
     rows = _table_rows(program)
     shapes_by_level = {}
