@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..lower import Program
+from ..runtime.kernels.quant import dequantize_linear
 
 BATCH_INVARIANT = ("infc", "BatchInvariant")
 DEQUANTIZE = ("", "DequantizeLinear")
@@ -36,10 +37,8 @@ class WeightCodes:
         return cls(np.ascontiguousarray(codes[:, :k].T), np.ascontiguousarray(scale.T), np.ascontiguousarray(zero.T), group)
 
     def dequantized(self) -> np.ndarray:
-        """What the plan's DequantizeLinear step computes: (code - zero) * scale in float32."""
-        rows = self.codes.shape[0]
-        spread = lambda x: np.repeat(x, self.group, axis=0)[:rows]  # noqa: E731
-        return (self.codes.astype(np.float32) - spread(self.zero).astype(np.float32)) * spread(self.scale)
+        """What the plan's DequantizeLinear step computes: its own kernel, (code - zero) * scale in float32."""
+        return dequantize_linear([self.codes, self.scale, self.zero], {"axis": 0, "block_size": self.group}, None)[0]
 
 
 def store_codes(program: Program, codes: dict[str, WeightCodes]) -> int:
