@@ -159,20 +159,30 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, grou
         # hide a run's other scores from them: a NaN score stays NaN, and makes its row's sum and
         # then the whole row NaN, as NumPy's max would
         for m in range(width):
-            length, row_scores, peak = length0 + m // group, scores[m], peaks[m]
-            for j in range(start, length):
+            length, peak = length0 + m // group, peaks[m]
+            # views that start at `start`, so these loops run from index 0: with a start numba
+            # cannot prove nonnegative it wraps negative indexes, and LLVM then leaves the loop
+            # scalar (measured: the softmax took a third of the kernel's time, now a sixth)
+            row_scores, row_bits, row_powers = scores[m, start:length], bits[start:length], powers[start:length]
+            for j in range(length - start):
                 x = row_scores[j] - peak
                 # within [low, 0] (above 0 only beside a NaN): n stays defined, r keeps a NaN
                 clamped = min(x, zero) if x >= low else low
                 n = np.floor(clamped * log2e + half)
                 r = x - n * ln2_hi - n * ln2_lo
                 e = ((((((c7 * r + c6) * r + c5) * r + c4) * r + c3) * r + c2) * r + c1) * r + c0
-                bits[j] = (np.int32(n) + bias) << shift
+                row_bits[j] = (np.int32(n) + bias) << shift
                 row_scores[j] = zero if x < low else e
+            for j in range(length - start):
+                row_scores[j] *= row_powers[j]
+            # the sum is vectorized, so its grouping follows the index: it starts at the row's own
+            # first key (earlier terms are exact zeros), never at the task's `start`, which
+            # depends on how the rows were cut into tasks
+            own = max(start, length - window) if window > 0 else start
+            visible = scores[m, own:length]
             total = 0.0
-            for j in range(start, length):
-                row_scores[j] *= powers[j]
-                total += row_scores[j]
+            for j in range(length - own):
+                total += visible[j]
             sums[m] = total
         for j in range(start, last, STRIDE):  # value terms, in position order for every vector
             v0, v1, v2, v3 = values[where[j]], values[where[j + 1]], values[where[j + 2]], values[where[j + 3]]
