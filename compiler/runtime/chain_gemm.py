@@ -23,10 +23,12 @@ Measured against the padded recipe (1-thread BLAS per column block, 576 x 49152 
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .gemm_impls import parallel_for
-from .jit import IN_ORDER, jit
+from .jit import IN_ORDER, jit, prange
 
 TILE = 1024  # columns per tile: 4 weight rows + 8 accumulator rows of it fit in L1
 # OpenBLAS's SGEMM block depths (GEMM_Q) on the cores it ships kernels for, tried first
@@ -82,6 +84,20 @@ def _chain_columns(a, w, bounds, n0, n1, out):
                     out[m, t0 + j] += acc[m, j]
 
 
+@jit(fastmath=IN_ORDER, calls=(_chain_columns,))
+def _chain_blocks(a, w, bounds, blocks, out):
+    """_chain_columns on each column block [blocks[i, 0], blocks[i, 1]) (the parallel build: one
+    per thread)."""
+    for i in prange(blocks.shape[0]):
+        _chain_columns(a, w, bounds, blocks[i, 0], blocks[i, 1], out)
+
+
+@lru_cache(maxsize=256)
+def block_array(blocks: tuple) -> np.ndarray:
+    """Column blocks ((n0, n1), ...) as the [count, 2] int64 array the parallel kernels take."""
+    return np.asarray(blocks, np.int64).reshape(-1, 2)
+
+
 def k_blocks(k: int, depth: int, unroll: int) -> tuple[int, ...]:
     """Block edges of K under OpenBLAS's rule: whole blocks of `depth` while at least two remain,
     then the rest in one block, or in two halves (rounded up to `unroll`) when it exceeds `depth`."""
@@ -116,8 +132,11 @@ def chain_product(a: np.ndarray, w: np.ndarray, edges: np.ndarray, blocks, out: 
     kernel = _chain_columns.get()
     if kernel is None:
         return None
+    spread = _chain_blocks.get_parallel() if len(blocks) > 1 else None
     if len(blocks) == 1:
         kernel(a, w, edges, 0, w.shape[1], out)
+    elif spread is not None:  # numba's threads: no GIL round trip per call (jit.py)
+        spread(a, w, edges, block_array(tuple(blocks)), out)
     else:
         parallel_for(len(blocks), lambda i: kernel(a, w, edges, blocks[i][0], blocks[i][1], out))
     return out

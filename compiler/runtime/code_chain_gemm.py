@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .chain_gemm import block_array
 from .gemm_impls import parallel_for
-from .jit import IN_ORDER, jit
+from .jit import IN_ORDER, jit, prange
 
 TILE = 1024  # columns per tile, as chain_gemm.TILE: accumulators and four rebuilt rows stay in L1
 
@@ -102,6 +103,13 @@ def _chain_codes(a, codes, scale, zero, group, bounds, n0, n1, out):
                     out[m, t0 + j] += acc[m, j]
 
 
+@jit(fastmath=IN_ORDER, calls=(_chain_codes,))
+def _codes_blocks(a, codes, scale, zero, group, bounds, blocks, out):
+    """_chain_codes on each column block (the parallel build: one per thread)."""
+    for i in prange(blocks.shape[0]):
+        _chain_codes(a, codes, scale, zero, group, bounds, blocks[i, 0], blocks[i, 1], out)
+
+
 def codes_product(a: np.ndarray, codes: np.ndarray, scale: np.ndarray, zero: np.ndarray, group: int,
                   edges: np.ndarray, blocks) -> np.ndarray | None:
     """a [M, K] @ W [K, N] given as codes [K, N], scale and zero [ceil(K / group), N]; K cut at
@@ -111,8 +119,11 @@ def codes_product(a: np.ndarray, codes: np.ndarray, scale: np.ndarray, zero: np.
         return None
     a = np.ascontiguousarray(a)
     out = np.empty((a.shape[0], codes.shape[1]), np.float32)
+    spread = _codes_blocks.get_parallel() if len(blocks) > 1 else None
     if len(blocks) == 1:
         kernel(a, codes, scale, zero, group, edges, 0, codes.shape[1], out)
+    elif spread is not None:  # numba's threads (chain_gemm.chain_product)
+        spread(a, codes, scale, zero, group, edges, block_array(tuple(blocks)), out)
     else:
         parallel_for(len(blocks), lambda i: kernel(a, codes, scale, zero, group, edges, blocks[i][0], blocks[i][1], out))
     return out

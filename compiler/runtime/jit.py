@@ -9,9 +9,14 @@ Rules for kernels written with `jit`:
   (`NUMBA_CACHE_DIR`, default `$XDG_CACHE_HOME/infc/numba`): later processes load the machine code
   in milliseconds. That cache is machine-local compiled code, like `__pycache__`; plans never hold
   it and loading a plan never reads it.
-- no numba threading layer (`parallel=True`): its default layer aborts the process when two threads
-  launch parallel loops at once. Kernels release the GIL (`nogil`) and the caller splits the work
-  with `gemm_impls.parallel_for`, which already knows when a second core pays off.
+- kernels release the GIL (`nogil`) and the caller splits the work with `gemm_impls.parallel_for`,
+  which already knows when a second core pays off. Its hand-off costs a GIL round trip (20-40 us
+  on these machines), so kernels called hundreds of times per decode step also come as a
+  `parallel=True` build (`Kernel.get_parallel()`): `prange` loops spread over numba's threads,
+  which never touch the GIL. Only under a thread-safe threading layer (OpenMP or TBB): numba's
+  default workqueue layer aborts the process when two threads launch parallel loops at once, so
+  without one `get_parallel()` is None and the caller keeps parallel_for. Kernels name the other
+  kernels they call in `calls=` (bound to their compiled builds when compiled).
 - results of a row never depend on how many rows there are (decoder plans rely on batch
   invariance): reductions run along the row, in an order fixed by its length alone.
 - `INFC_JIT=0` turns every compiled kernel off (`enabled()`); tests run both paths.
@@ -22,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import types
 from pathlib import Path
 from typing import Callable
 
@@ -34,6 +40,14 @@ FASTMATH = {"reassoc", "contract"}
 # multiply-adds fuse but keep their order: kernels that must reproduce another library's sums bit
 # for bit (runtime/chain_gemm.py)
 IN_ORDER = {"contract"}
+
+
+# a kernel's `prange` loops: plain range until compiled; the compiled builds see numba.prange (a
+# range in the serial build, spread over threads in the parallel one)
+prange = range
+_LAYER: list = []  # [True or False] once probed: a thread-safe threading layer is there
+_THREAD = threading.local()  # `counted`: this thread set the thread count of parallel builds
+PARALLEL_THREADS = 2  # threads of a parallel build's loops: their items are the two cores' blocks
 
 
 def _numba():
@@ -66,36 +80,92 @@ def disabled():
         _OFF[0] = previous
 
 
+def threadsafe_layer() -> bool:
+    """numba's parallel loops can run here from any thread: OpenMP or TBB loads (chosen for the
+    process unless the user picked a layer; a user's workqueue choice turns parallel builds off)."""
+    if not _LAYER:
+        with _LOCK:
+            if not _LAYER:
+                _LAYER.append(_probe_layer())
+    return _LAYER[0]
+
+
+def _probe_layer() -> bool:
+    numba = _numba()
+    if numba is None:
+        return False
+    chosen = str(numba.config.THREADING_LAYER).lower()
+    if chosen not in ("default", "threadsafe", "omp", "tbb"):
+        return False
+    modules = {"omp": ("omppool",), "tbb": ("tbbpool",)}.get(chosen, ("omppool", "tbbpool"))
+    for module in modules:
+        try:
+            __import__(f"numba.np.ufunc.{module}")
+        except Exception:  # noqa: BLE001 - not built or its library missing: try the next
+            continue
+        if chosen == "default":
+            numba.config.THREADING_LAYER = "threadsafe"
+        return True
+    return False
+
+
 class Kernel:
     """A Python function compiled on first use: `kernel.get()` is the compiled dispatcher, or None
-    when compiled kernels are off (the caller then takes its NumPy path)."""
+    when compiled kernels are off (the caller then takes its NumPy path); `kernel.get_parallel()`
+    the build whose `prange` loops run on numba's threads, or None (see the module docstring)."""
 
-    __slots__ = ("fn", "fastmath", "_compiled")
+    __slots__ = ("fn", "fastmath", "calls", "_compiled", "_parallel")
 
-    def __init__(self, fn: Callable, fastmath: set[str] = FASTMATH):
+    def __init__(self, fn: Callable, fastmath: set[str] = FASTMATH, calls: tuple = ()):
         self.fn = fn
         self.fastmath = fastmath
+        self.calls = calls
         self._compiled = None
+        self._parallel = None
 
     def get(self):
         if _OFF[0]:
             return None
         compiled = self._compiled
         if compiled is None:
-            numba = _numba()
-            if numba is None:
-                return None
-            with _LOCK:
-                if self._compiled is None:
-                    self._compiled = numba.njit(self.fn, cache=True, nogil=True, fastmath=self.fastmath,
-                                                boundscheck=False, error_model="numpy")
-            compiled = self._compiled
+            compiled = self._compiled = self._compile(parallel=False)
         return compiled
 
+    def get_parallel(self):
+        if _OFF[0] or not threadsafe_layer():
+            return None
+        compiled = self._parallel
+        if compiled is None:
+            compiled = self._parallel = self._compile(parallel=True)
+        if compiled is not None and not getattr(_THREAD, "counted", False):
+            numba = _numba()  # a setting of the launching thread; numba's default is every core
+            numba.set_num_threads(min(PARALLEL_THREADS, numba.config.NUMBA_NUM_THREADS))
+            _THREAD.counted = True
+        return compiled
 
-def jit(fn: Callable | None = None, *, fastmath: set[str] = FASTMATH):
-    """Decorator, bare or with `fastmath=`: the function becomes a `Kernel` (see the module
-    docstring for the rules)."""
+    def _compile(self, parallel: bool):
+        numba = _numba()
+        if numba is None:
+            return None
+        called = {kernel.fn.__name__: kernel.get() for kernel in self.calls}
+        if any(dispatcher is None for dispatcher in called.values()):
+            return None
+        fn = self.fn
+        if called or parallel or "prange" in fn.__code__.co_names:  # the same code, seeing compiled names
+            bound = types.FunctionType(fn.__code__, {**fn.__globals__, **called, "prange": numba.prange},
+                                       fn.__name__, fn.__defaults__, fn.__closure__)
+            # numba's disk cache is keyed by name, not by build flags: the parallel build has its own
+            bound.__qualname__ = fn.__qualname__ + ("_parallel" if parallel else "")
+            bound.__module__, bound.__doc__ = fn.__module__, fn.__doc__
+            fn = bound
+        with _LOCK:
+            return numba.njit(fn, cache=True, nogil=True, fastmath=self.fastmath, parallel=parallel,
+                              boundscheck=False, error_model="numpy")
+
+
+def jit(fn: Callable | None = None, *, fastmath: set[str] = FASTMATH, calls: tuple = ()):
+    """Decorator, bare or with `fastmath=` / `calls=`: the function becomes a `Kernel` (see the
+    module docstring for the rules)."""
     if fn is None:
-        return lambda f: Kernel(f, fastmath)
-    return Kernel(fn, fastmath)
+        return lambda f: Kernel(f, fastmath, calls)
+    return Kernel(fn, fastmath, calls)

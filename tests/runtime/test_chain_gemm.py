@@ -97,3 +97,38 @@ def test_chain_rows_are_the_blocked_gemm_rows_on_this_blas(k, n, rng):
         assert np.array_equal(chained, blocked[start:start + m]), f"{m} rows"
         with jit.disabled():  # the recipe gives the same bits
             assert np.array_equal(invariant_gemm.row_invariant_product(x[start:start + m], w, rows_from), chained)
+
+
+class _NoParallelBuild:
+    def get_parallel(self):
+        return None
+
+
+@needs_jit
+def test_numba_threads_and_the_helper_thread_give_the_same_bits(monkeypatch):
+    """The parallel build (numba's threads, jit.py) runs the serial kernel on each column block, so
+    it must equal the parallel_for split bit for bit, for every row count the chain kernel serves."""
+    if chain_gemm._chain_blocks.get_parallel() is None:
+        pytest.skip("no thread-safe numba threading layer (OpenMP or TBB) here")
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((640, 1536), dtype=np.float32)
+    edges = np.asarray(chain_gemm.k_blocks(640, 448, 1), np.int64)
+    blocks = invariant_gemm.column_blocks(*w.shape)
+    assert len(blocks) == 2
+    for rows in (1, 2, 3, 8):
+        a = rng.standard_normal((rows, 640), dtype=np.float32)
+        threads = chain_gemm.chain_product(a, w, edges, blocks, np.empty((rows, 1536), np.float32))
+        with monkeypatch.context() as patch:
+            patch.setattr(chain_gemm, "_chain_blocks", _NoParallelBuild())
+            helper = chain_gemm.chain_product(a, w, edges, blocks, np.empty((rows, 1536), np.float32))
+        assert np.array_equal(threads, helper), rows
+
+
+@needs_jit
+def test_a_threading_layer_the_user_chose_that_is_not_thread_safe_turns_parallel_builds_off(monkeypatch):
+    numba = jit._numba()
+    monkeypatch.setattr(jit, "_LAYER", [])
+    monkeypatch.setattr(numba.config, "THREADING_LAYER", "workqueue")
+    assert not jit.threadsafe_layer()
+    assert chain_gemm._chain_blocks.get_parallel() is None
+    monkeypatch.setattr(jit, "_LAYER", [])  # the probe runs again for the rest of the session
