@@ -45,7 +45,7 @@ IN_ORDER = {"contract"}
 # a kernel's `prange` loops: plain range until compiled; the compiled builds see numba.prange (a
 # range in the serial build, spread over threads in the parallel one)
 prange = range
-_LAYER: list = []  # [True or False] once probed: a thread-safe threading layer is there
+_LAYER: list = []  # [(a thread-safe threading layer is there, the probing process's id)] once probed
 _THREAD = threading.local()  # `counted`: this thread set the thread count of parallel builds
 PARALLEL_THREADS = 2  # threads of a parallel build's loops: their items are the two cores' blocks
 
@@ -82,12 +82,15 @@ def disabled():
 
 def threadsafe_layer() -> bool:
     """numba's parallel loops can run here from any thread: OpenMP or TBB loads (chosen for the
-    process unless the user picked a layer; a user's workqueue choice turns parallel builds off)."""
+    process unless the user picked a layer; a user's workqueue choice turns parallel builds off).
+    Never in a process forked from the one that probed: GNU OpenMP's threads do not survive a
+    fork, and numba ends a child that launches a parallel loop after its parent did."""
     if not _LAYER:
         with _LOCK:
             if not _LAYER:
-                _LAYER.append(_probe_layer())
-    return _LAYER[0]
+                _LAYER.append((_probe_layer(), os.getpid()))
+    usable, pid = _LAYER[0]
+    return usable and pid == os.getpid()
 
 
 def _probe_layer() -> bool:

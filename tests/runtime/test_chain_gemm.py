@@ -3,6 +3,8 @@ blocked GEMM computes them, bit for bit, without packing the weight. The probe f
 BLAS's cut of K, refuses a BLAS no cut reproduces, and on this machine's OpenBLAS the chain rows
 equal the blocked GEMM's whatever the row count, with compiled kernels on or off."""
 
+import multiprocessing
+
 import numpy as np
 import pytest
 import threadpoolctl
@@ -132,3 +134,27 @@ def test_a_threading_layer_the_user_chose_that_is_not_thread_safe_turns_parallel
     assert not jit.threadsafe_layer()
     assert chain_gemm._chain_blocks.get_parallel() is None
     monkeypatch.setattr(jit, "_LAYER", [])  # the probe runs again for the rest of the session
+
+
+def _child_has_a_parallel_build(answer):
+    answer.put(chain_gemm._chain_blocks.get_parallel() is not None)
+
+
+@needs_jit
+def test_a_forked_process_keeps_to_the_helper_thread():
+    """GNU OpenMP's threads do not survive a fork: a child of a process that launched parallel
+    loops must not launch any (numba would end it)."""
+    if chain_gemm._chain_blocks.get_parallel() is None:
+        pytest.skip("no thread-safe numba threading layer (OpenMP or TBB) here")
+    chain_gemm._chain_blocks.get_parallel()(*_tiny_blocks_call())  # the parent launches one
+    context = multiprocessing.get_context("fork")
+    answer = context.SimpleQueue()
+    child = context.Process(target=_child_has_a_parallel_build, args=(answer,))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0 and answer.get() is False
+
+
+def _tiny_blocks_call():
+    a, w = np.ones((1, 8), np.float32), np.ones((8, 256), np.float32)
+    return a, w, np.array([0, 8], np.int64), chain_gemm.block_array(((0, 128), (128, 256))), np.empty((1, 256), np.float32)
