@@ -79,3 +79,28 @@ def test_float64_gemm_rows_do_not_depend_on_the_number_of_rows(rng):
     gemm = {"inner_op": "Gemm", "inner_domain": "", "const_inputs": [1, 2], "transB": 1}
     (y,) = run([a[0], w.T.copy(), bias], gemm, KernelContext(17))
     np.testing.assert_allclose(y, a[0] @ w + bias, rtol=1e-4, atol=1e-5)
+
+
+def test_numba_threads_and_the_helper_thread_give_the_same_bits(monkeypatch):
+    """Runs of tasks go to numba's threads (the parallel build) or to parallel_for: each run is the
+    same kernel call, so the outputs must be equal bit for bit, prefill chunks and decode rows."""
+    from infc.compiler.runtime.kernels import jit_paged_attention as pa
+
+    if pa._attend_parts.get_parallel() is None:
+        pytest.skip("compiled kernels off, or no thread-safe numba threading layer (OpenMP or TBB)")
+    rng = np.random.default_rng(5)
+    heads, kv_heads, head_dim, block = 6, 2, 32, 16
+    lengths, new = np.array([300, 260, 90, 200]), np.array([40, 1, 1, 17])
+    per_seq = -(-lengths.max() // block)
+    k_pool = rng.standard_normal((per_seq * 4, kv_heads, block, head_dim), dtype=np.float32)
+    v_pool = rng.standard_normal(k_pool.shape, dtype=np.float32)
+    tables = rng.permutation(per_seq * 4).reshape(4, per_seq).astype(np.int64)
+    q = rng.standard_normal((1, int(new.sum()), heads * head_dim), dtype=np.float32)
+    starts = np.concatenate([[0], np.cumsum(new)])
+    args = (q, k_pool, v_pool, tables, starts, lengths, heads, 0.17)
+    monkeypatch.setattr(pa, "SPREAD_MIN_BYTES", 0)
+    threads = pa.attend(*args)
+    monkeypatch.setattr(pa, "SPREAD_MIN_BYTES", 1 << 62)
+    monkeypatch.setattr(pa, "PARALLEL_MIN_BYTES", 0)
+    helper = pa.attend(*args)
+    assert threads is not None and helper is not None and np.array_equal(threads, helper)

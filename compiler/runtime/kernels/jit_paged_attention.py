@@ -41,12 +41,13 @@ import math
 import numpy as np
 
 from ..gemm_impls import PARALLEL_MIN_BYTES
-from ..jit import jit
+from ..jit import jit, prange
 from .common import parallel_for
 
 ROWS = 16  # query rows per task: their q and outputs (x group) stay in L1, the scores in L2
 _PARTS = 8  # runs of tasks handed to parallel_for: enough to even out prefill chunks of unequal cost
 _SEQ, _KV_HEAD, _ROW, _NUM_ROWS, _LENGTH = range(5)  # the columns of a task
+SPREAD_MIN_BYTES = 1 << 15  # K/V read from which a step's tasks go to numba's threads: the pools come from memory
 STRIDE = 4  # positions whose dot products (and value rows) one loop pass takes together
 
 # float32 exp for the softmax, vectorizable (a libm call per element is not): exp(r) * 2^n with
@@ -211,6 +212,15 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, grou
     return True
 
 
+@jit(calls=(_attend_tasks,))
+def _attend_parts(q, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, group, out, ok):
+    """_attend_tasks on each run of tasks [bounds[p], bounds[p + 1]) (the parallel build: runs spread
+    over numba's threads); ok[p] False where the run's tables name a block outside the pool."""
+    for p in prange(bounds.shape[0] - 1):
+        ok[p] = _attend_tasks(q, k_pool, v_pool, tables, tasks[bounds[p]:bounds[p + 1]], scale, softcap, window,
+                              group, out)
+
+
 @jit
 def _plan_tasks(starts, context_lens, num_q_rows, table_width, block_size, kv_heads, group, window):
     """(ok, tasks [n, 5] int64, cost [n]: running total of the tasks' work, positions read): each
@@ -272,11 +282,16 @@ def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scal
     tables = np.ascontiguousarray(tables, np.int64)
     scale, softcap, window = float(scale), float(softcap), int(window)
     read *= kv_heads * head_dim * 2 * k_pool.itemsize
-    if read < PARALLEL_MIN_BYTES or len(tasks) < 2:  # not worth a hand-off to the helper thread
+    spread = _attend_parts.get_parallel() if len(tasks) >= 2 and read >= SPREAD_MIN_BYTES else None
+    if spread is None and (read < PARALLEL_MIN_BYTES or len(tasks) < 2):  # not worth a hand-off to the helper
         return out if kernel(q2, k_pool, v_pool, tables, tasks, scale, softcap, window, group, out) else None
     # runs of consecutive tasks of about equal cost: a prefill block costs far more than a decode row
     bounds = np.unique(np.searchsorted(cost, cost[-1] * np.arange(_PARTS + 1) / _PARTS, side="right"))
     bounds[0] = 0
+    if spread is not None:  # numba's threads: no GIL round trip (runtime/jit.py)
+        ok = np.zeros(len(bounds) - 1, np.bool_)
+        spread(q2, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, group, out, ok)
+        return out if ok.all() else None
     failed = []
 
     def run(part: int) -> None:
