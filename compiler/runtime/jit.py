@@ -47,6 +47,7 @@ IN_ORDER = {"contract"}
 prange = range
 _LAYER: list = []  # [(a thread-safe threading layer is there, the probing process's id)] once probed
 _THREAD = threading.local()  # `counted`: this thread set the thread count of parallel builds
+GOMP_SPIN = 2000  # pauses an OpenMP thread spins after a parallel loop before it sleeps (~50-100 us)
 PARALLEL_THREADS = 2  # threads of a parallel build's loops: their items are the two cores' blocks
 
 
@@ -86,6 +87,7 @@ def threadsafe_layer() -> bool:
     Never in a process forked from the one that probed: GNU OpenMP's threads do not survive a
     fork, and numba ends a child that launches a parallel loop after its parent did."""
     if not _LAYER:
+        _numba()  # before the lock: it takes the lock itself
         with _LOCK:
             if not _LAYER:
                 _LAYER.append((_probe_layer(), os.getpid()))
@@ -101,6 +103,12 @@ def _probe_layer() -> bool:
     if chosen not in ("default", "threadsafe", "omp", "tbb"):
         return False
     modules = {"omp": ("omppool",), "tbb": ("tbbpool",)}.get(chosen, ("omppool", "tbbpool"))
+    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+        # GNU OpenMP's threads spin 300,000 pauses (milliseconds here) after each parallel loop,
+        # holding the core parallel_for's helper needs next (a 128-token prefill's GEMMs: 1.3-1.7x
+        # slower, measured); this covers the gaps between a decode step's GEMMs. Read when
+        # libgomp loads, which importing omppool does
+        os.environ["GOMP_SPINCOUNT"] = str(GOMP_SPIN)
     for module in modules:
         try:
             __import__(f"numba.np.ufunc.{module}")

@@ -158,3 +158,23 @@ def test_a_forked_process_keeps_to_the_helper_thread():
 def _tiny_blocks_call():
     a, w = np.ones((1, 8), np.float32), np.ones((8, 256), np.float32)
     return a, w, np.array([0, 8], np.int64), chain_gemm.block_array(((0, 128), (128, 256))), np.empty((1, 256), np.float32)
+
+
+def test_a_fresh_process_probes_the_threading_layer_first_without_deadlock():
+    """threadsafe_layer() may be the first thing a process asks (it imports numba under the same
+    lock); it also shortens GNU OpenMP's spin unless the user set one."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os; from infc.compiler.runtime import jit; "
+            "print(jit.threadsafe_layer(), os.environ.get('GOMP_SPINCOUNT'))")
+    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    usable, spin = done.stdout.split()
+    if usable == "True" and jit.enabled():
+        assert spin == str(jit.GOMP_SPIN)
+    env["GOMP_SPINCOUNT"] = "77"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0 and done.stdout.split()[1] == "77"
