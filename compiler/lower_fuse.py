@@ -8,6 +8,13 @@ and a Split (three BLAS calls and three Adds become one of each):
     x ─► MatMul(Wk) ─► Add(bk) ─► k      ══►
     x ─► MatMul(Wv) ─► Add(bv) ─► v
 
+Gated activations (SwiGLU, GeGLU): a projection's output split in two halves, one half through a
+GELU-family activation, times the other half, become one `infc.cpu.GatedActivation` step reading the
+packed output once (runtime/kernels/activation.py), the same bits as the three steps:
+
+    h ─► Split ─► g ─► QuickGelu ─► Mul ─► y       ══►    h ─► GatedActivation(gate=0) ─► y
+               └─► u ────────────────┘
+
 Elementwise runs become one `infc.cpu.ElementwiseChain` step (runtime/kernels/chain.py), which
 takes each block of the output through all the ops while it is in cache and writes memory once, in
 place when the executor can donate the input's buffer.
@@ -33,9 +40,72 @@ CHAIN_OP, CHAIN_DOMAIN = "ElementwiseChain", "infc.cpu"
 FLOAT_NAMES = {"float32", "float64"}
 
 
+GATED_OP = "GatedActivation"
+GATED_ACTIVATIONS = {"QuickGelu", "FastGelu", "Gelu"}  # com.microsoft, one input (no FastGelu bias)
+
+
 def fuse_program(steps: list[dict], weights: dict[str, np.ndarray], graph: gs.Graph) -> list[dict]:
-    """Both fusions; `weights` gains the concatenated weights and loses the ones no step reads any more."""
-    return fuse_elementwise(merge_sibling_gemms(steps, weights, graph), graph)
+    """The fusions; `weights` gains the concatenated weights and loses the ones no step reads any more."""
+    return fuse_elementwise(fuse_gated(merge_sibling_gemms(steps, weights, graph), weights, graph), graph)
+
+
+def fuse_gated(steps: list[dict], weights: dict[str, np.ndarray], graph: gs.Graph) -> list[dict]:
+    """The program with Split -> activation -> Mul triples as one GatedActivation step each."""
+    visible = {t.name for t in graph.outputs} | _subgraph_reads(graph)
+    tensors = graph.tensors()
+    consumers: dict[str, list[int]] = {}
+    for index, step in enumerate(steps):
+        for name in step["inputs"]:
+            if name:
+                consumers.setdefault(name, []).append(index)
+
+    def only_reader(name: str) -> int | None:
+        readers = consumers.get(name, [])
+        return readers[0] if len(readers) == 1 and name not in visible else None
+
+    fused: dict[int, dict] = {}
+    dropped: set[int] = set()
+    for index, split in enumerate(steps):
+        if not _halves_along_last_axis(split, weights, tensors):
+            continue
+        for gate in (0, 1):
+            act_index = only_reader(split["outputs"][gate])
+            act = steps[act_index] if act_index is not None else None
+            if act is None or act["op"] not in GATED_ACTIVATIONS or act.get("domain") != "com.microsoft" \
+                    or len([i for i in act["inputs"] if i]) != 1:
+                continue
+            mul_index = only_reader(act["outputs"][0])
+            mul = steps[mul_index] if mul_index is not None else None
+            other = split["outputs"][1 - gate]
+            if mul is None or mul["op"] != "Mul" or mul.get("domain") or sorted(mul["inputs"]) != sorted([act["outputs"][0], other]) \
+                    or only_reader(other) != mul_index:
+                continue
+            attrs = {"activation": act["op"], "gate": gate}
+            if "alpha" in act.get("attrs", {}):
+                attrs["alpha"] = act["attrs"]["alpha"]
+            fused[mul_index] = {"op": GATED_OP, "domain": CHAIN_DOMAIN, "name": f"{mul.get('name', '')}#gated",
+                                "inputs": [split["inputs"][0]], "outputs": list(mul["outputs"]), "attrs": attrs}
+            dropped.update((index, act_index))
+            break
+    return [fused.get(i, step) for i, step in enumerate(steps) if i not in dropped]
+
+
+def _halves_along_last_axis(step: dict, weights: dict[str, np.ndarray], tensors: dict) -> bool:
+    """A Split of its input's last axis into two equal halves (by default sizes or given ones)."""
+    if step["op"] != "Split" or step.get("domain") or len(step["outputs"]) != 2 or not all(step["outputs"]):
+        return False
+    source = tensors.get(step["inputs"][0])
+    rank = len(source.shape) if source is not None and source.shape is not None else None
+    axis = step["attrs"].get("axis", 0)
+    if not (axis == -1 or (rank is not None and axis == rank - 1)):
+        return False
+    sizes = step["attrs"].get("split")
+    if len(step["inputs"]) > 1 and step["inputs"][1]:
+        given = weights.get(step["inputs"][1])
+        if given is None:
+            return False
+        sizes = np.asarray(given).reshape(-1).tolist()
+    return sizes is None or (len(sizes) == 2 and sizes[0] == sizes[1])
 
 
 def merge_sibling_gemms(steps: list[dict], weights: dict[str, np.ndarray], graph: gs.Graph) -> list[dict]:

@@ -1,6 +1,7 @@
 """Sibling GEMM merging at lowering (compiler/lower_fuse.py); the elementwise chains are in test_chain.py."""
 
 import numpy as np
+import pytest
 from onnx import helper
 
 from infc.compiler.graph import import_graph
@@ -56,4 +57,64 @@ def test_a_gemm_output_read_twice_keeps_its_own_bias_add(graph_of, ort_check, rn
     feeds = {"x": rng.standard_normal((3, 8)).astype(F32)}
     model, program = _lower(graph_of, *_qkv(rng, extra_reader=True), feeds)
     assert program.steps[1]["op"] == "Split" and program.steps[1]["outputs"] == ["m0", "m1", "m2"]
+    ort_check(model, feeds)
+
+
+def _swiglu(rng, activation="QuickGelu", gate=0, up_read_twice=False, split_sizes=True):
+    """x @ [Wg | Wu] -> Split in halves -> activation of half `gate` -> times the other half."""
+    weights = {"w": rng.standard_normal((8, 12)).astype(F32)}
+    split_inputs = ["h"]
+    if split_sizes:
+        weights["sizes"] = np.array([6, 6], np.int64)
+        split_inputs.append("sizes")
+    halves = ["g", "u"] if gate == 0 else ["u", "g"]
+    attrs = {"alpha": 1.0} if activation == "QuickGelu" else {}
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Split", split_inputs, halves, axis=-1),
+             helper.make_node(activation, ["g"], ["a"], domain="com.microsoft", **attrs),
+             helper.make_node("Mul", ["u", "a"] if gate else ["a", "u"], ["y"])]
+    outputs = [("y", F32)]
+    if up_read_twice:
+        nodes.append(helper.make_node("Neg", ["u"], ["n"]))
+        outputs.append(("n", F32))
+    return nodes, outputs, weights
+
+
+@pytest.mark.parametrize("activation, gate", [("QuickGelu", 0), ("QuickGelu", 1), ("FastGelu", 0), ("Gelu", 1)])
+def test_split_activation_mul_becomes_one_gated_step_with_the_same_bits(graph_of, ort_check, rng, activation, gate,
+                                                                        monkeypatch):
+    from infc.compiler import lower_fuse
+    from infc.compiler.runtime.executor import Executor
+
+    feeds = {"x": rng.standard_normal((2, 33, 8)).astype(F32) * 3}
+    model, program = _lower(graph_of, *_swiglu(rng, activation, gate), feeds)
+    assert [s["op"] for s in program.steps] == ["MatMul", "GatedActivation"]
+    assert program.steps[1]["attrs"]["gate"] == gate and program.steps[1]["attrs"]["activation"] == activation
+    ort_check(model, feeds)
+    fused = Executor(program.steps, program.weights, program.opset, program.islands, ["y"]).run(feeds)["y"]
+    monkeypatch.setattr(lower_fuse, "fuse_gated", lambda steps, weights, graph: steps)
+    plain = lower_graph(import_graph(model), has_kernel)
+    assert "GatedActivation" not in [s["op"] for s in plain.steps]
+    unfused = Executor(plain.steps, plain.weights, plain.opset, plain.islands, ["y"]).run(feeds)["y"]
+    assert np.array_equal(fused, unfused)  # the activation's own kernel, then one product
+
+
+def test_gated_steps_keep_their_numpy_path(graph_of, rng):
+    from infc.compiler.runtime import jit
+    from infc.compiler.runtime.executor import Executor
+
+    feeds = {"x": rng.standard_normal((3, 8)).astype(F32)}
+    model, program = _lower(graph_of, *_swiglu(rng, split_sizes=False), feeds)
+    assert [s["op"] for s in program.steps] == ["MatMul", "GatedActivation"]
+    run = Executor(program.steps, program.weights, program.opset, program.islands, ["y"])
+    compiled = run.run(feeds)["y"]
+    with jit.disabled():
+        plain = run.run(feeds)["y"]
+    np.testing.assert_allclose(plain, compiled, rtol=1e-4, atol=1e-6)  # the two QuickGelu paths differ as much
+
+
+def test_a_half_read_elsewhere_is_not_fused(graph_of, ort_check, rng):
+    feeds = {"x": rng.standard_normal((3, 8)).astype(F32)}
+    model, program = _lower(graph_of, *_swiglu(rng, up_read_twice=True), feeds)
+    assert "GatedActivation" not in [s["op"] for s in program.steps]
     ort_check(model, feeds)

@@ -132,6 +132,19 @@ def _quick_gelu(inputs, attrs, ctx):
     return [x * sigmoid(x * _f(x, attrs.get("alpha", 1.702)), ctx.xp)]
 
 
+def _gated(inputs, attrs, ctx):
+    """infc.cpu.GatedActivation (compiler/lower_fuse.py): activation of one half times the other."""
+    x = inputs[0]
+    d = x.shape[-1] // 2
+    gate, up = (x[..., :d], x[..., d:]) if attrs.get("gate", 0) == 0 else (x[..., d:], x[..., :d])
+    activation = attrs["activation"]
+    if activation == "QuickGelu":
+        (act,) = _quick_gelu([gate], attrs, ctx)
+    else:
+        act = gelu_tanh(gate, ctx.xp) if activation == "FastGelu" else gelu_erf(gate, ctx)
+    return [act * up]
+
+
 def _bias_gelu(inputs, attrs, ctx):
     return [gelu_erf(inputs[0] + inputs[1], ctx)]
 
@@ -170,5 +183,5 @@ ELEMENTWISE = {
     ("", "Clip"): _clip, ("", "Cast"): _cast, ("", "Where"): _where,
     ("com.microsoft", "QuickGelu"): _quick_gelu, ("com.microsoft", "BiasGelu"): _bias_gelu,
     ("com.microsoft", "FastGelu"): _fast_gelu, ("com.microsoft", "Gelu"): _unary_op(UNARY["Gelu"]),
-    ("infc.cpu", "ElementwiseChain"): _chain,
+    ("infc.cpu", "ElementwiseChain"): _chain, ("infc.cpu", "GatedActivation"): _gated,
 }

@@ -13,7 +13,7 @@ import numpy as np
 
 from .common import arg, clip_into, norm_axis, to_compute
 from .elementwise import erf, erf_f32
-from .jit_activation import ERF_FORM, QUICK_FORM, TANH_FORM, gelu
+from .jit_activation import ERF_FORM, QUICK_FORM, TANH_FORM, gated, gelu
 from .jit_attention import softmax_last as compiled_softmax_last
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -246,7 +246,28 @@ CONTRIB_FUNCTIONS = {
     "QuickGelu": lambda x, a: quick_gelu(x, a.get("alpha", 1.702)),
 }
 
+GATED_FORMS = {"QuickGelu": QUICK_FORM, "FastGelu": TANH_FORM, "Gelu": ERF_FORM}  # com.microsoft ops
+
+
+def gated_activation(inputs, attrs, ctx):
+    """`infc.cpu.GatedActivation` (compiler/lower_fuse.py): Split in two halves along the last axis ->
+    activation of the `gate` half (attrs: activation, one of GATED_FORMS, its alpha) -> Mul by the
+    other half, in one pass over the packed projection; otherwise the two steps' own kernels."""
+    packed, activation, gate_first = inputs[0], attrs["activation"], attrs.get("gate", 0) == 0
+    alpha = attrs.get("alpha", 1.702 if activation == "QuickGelu" else 1.0)
+    fused = gated(packed, gate_first, GATED_FORMS[activation], alpha)
+    if fused is not None:
+        return [fused]
+    d = packed.shape[-1] // 2
+    halves = (packed[..., :d], packed[..., d:])
+    gate, up = halves if gate_first else halves[::-1]
+    act_attrs = {"alpha": alpha} if activation == "QuickGelu" else {}
+    (act,) = KERNELS[("com.microsoft", activation)]([np.ascontiguousarray(gate)], act_attrs, ctx)
+    return [np.multiply(act, up)]
+
+
 KERNELS = {
+    ("infc.cpu", "GatedActivation"): gated_activation,
     **{("", name): _float_kernel(fn) for name, fn in FLOAT_FUNCTIONS.items()},
     **{("com.microsoft", name): _float_kernel(fn) for name, fn in CONTRIB_FUNCTIONS.items()},
     ("", "Relu"): relu,

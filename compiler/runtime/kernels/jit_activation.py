@@ -94,6 +94,42 @@ def _gelu_rows(x, bias, form, alpha, y):
                     out[j] = v * (th * half + half)
 
 
+@jit(calls=(_gelu_rows,))
+def _gated_rows(gate, up, form, alpha, y):
+    """y [R, D] = the activation `form` of gate [R, D], times up [R, D] (views of one packed array):
+    the activation is _gelu_rows's, then one product, so the bits are those of the two steps."""
+    _gelu_rows(gate, np.empty(0, y.dtype), form, alpha, y)
+    for i in range(y.shape[0]):
+        out, other = y[i], up[i]
+        for j in range(y.shape[1]):
+            out[j] *= other[j]
+
+
+def gated(packed: np.ndarray, gate_first: bool, form: int, alpha: float = 1.0) -> np.ndarray | None:
+    """activation(gate) * up where packed [..., 2D] holds gate and up side by side (a SwiGLU / GeGLU
+    projection's output), as a new float32 [..., D] array; None where the compiled path does not
+    take it (the caller then runs the two steps' NumPy paths)."""
+    kernel = _gated_rows.get()
+    if kernel is None or packed.dtype != np.float32 or packed.ndim == 0 or packed.size == 0 or packed.shape[-1] % 2:
+        return None
+    d = packed.shape[-1] // 2
+    rows = (packed if packed.flags.c_contiguous else np.ascontiguousarray(packed)).reshape(-1, 2 * d)
+    gate, up = (rows[:, :d], rows[:, d:]) if gate_first else (rows[:, d:], rows[:, :d])
+    y = np.empty((*packed.shape[:-1], d), np.float32)
+    out = y.reshape(-1, d)
+    alpha_t = np.float32(alpha)
+    count = rows.shape[0]
+    if count >= 2 and packed.nbytes >= PARALLEL_MIN_BYTES:
+        def half(index: int) -> None:
+            lo, hi = count * index // 2, count * (index + 1) // 2
+            kernel(gate[lo:hi], up[lo:hi], form, alpha_t, out[lo:hi])
+
+        parallel_for(2, half)
+    else:
+        kernel(gate, up, form, alpha_t, out)
+    return y
+
+
 def gelu(x: np.ndarray, bias, form: int, alpha: float = 1.0) -> np.ndarray | None:
     """The activation of x (+ bias over the last axis) as a new float32 array, or None when the
     compiled path does not take these operands."""
