@@ -14,9 +14,10 @@ fastmath lets LLVM fuse each multiply-add and vectorize across output columns, n
 invariant_gemm finds the block rule by comparing against the BLAS itself and uses this kernel only
 for shapes where it matched bit for bit; everything else keeps the BLAS recipe.
 
-The inner loop takes four k steps per pass over a tile of columns (each element's chain stays in k
-order; the accumulator row is read and written once per four steps), two rows at a time (they share
-the weight loads), and tiles the columns so a tile's accumulators and weight rows stay in L1.
+The inner loop takes four k steps per pass over a tile of columns (eight for a single row; each
+element's chain stays in k order; the accumulator row is read and written once per pass), two rows
+at a time (they share the weight loads), and tiles the columns so a tile's accumulators and weight
+rows stay in L1.
 Measured against the padded recipe (1-thread BLAS per column block, 576 x 49152 and 576 x 3072):
 1 row 1.5-2.5x faster, 8 rows 1.2x; from 16 rows the BLAS GEMM is faster.
 """
@@ -51,6 +52,18 @@ def _chain_columns(a, w, bounds, n0, n1, out):
                 for j in range(width):
                     acc[m, j] = 0.0
             k, end = bounds[b], bounds[b + 1]
+            while rows == 1 and k + 8 <= end:  # one row: eight k steps a pass (measured 4-9% faster)
+                w0, w1 = w[k, t0:t0 + width], w[k + 1, t0:t0 + width]
+                w2, w3 = w[k + 2, t0:t0 + width], w[k + 3, t0:t0 + width]
+                w4, w5 = w[k + 4, t0:t0 + width], w[k + 5, t0:t0 + width]
+                w6, w7 = w[k + 6, t0:t0 + width], w[k + 7, t0:t0 + width]
+                x0, x1, x2, x3 = a[0, k], a[0, k + 1], a[0, k + 2], a[0, k + 3]
+                x4, x5, x6, x7 = a[0, k + 4], a[0, k + 5], a[0, k + 6], a[0, k + 7]
+                r0 = acc[0]
+                for j in range(width):
+                    r = (((r0[j] + x0 * w0[j]) + x1 * w1[j]) + x2 * w2[j]) + x3 * w3[j]
+                    r0[j] = (((r + x4 * w4[j]) + x5 * w5[j]) + x6 * w6[j]) + x7 * w7[j]
+                k += 8
             while k + 4 <= end:
                 w0, w1 = w[k, t0:t0 + width], w[k + 1, t0:t0 + width]
                 w2, w3 = w[k + 2, t0:t0 + width], w[k + 3, t0:t0 + width]
