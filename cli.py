@@ -362,9 +362,18 @@ def _run_decoder(plan, outputs_path, seed, as_json, batching, max_num_seqs, itl_
         click.echo(json.dumps(summary, indent=2))
     elif not is_streaming:
         _print_decode_summary(summary)
+    else:  # the text went to stdout: timings on stderr, one line, so a pipe gets the text alone
+        _print_stream_timings(summary)
     failed = [(i, s) for i, s in enumerate(seqs) if s.error]
     if failed:
         raise BadInput(f"{len(failed)} of {len(seqs)} requests failed (request {failed[0][0]}: {failed[0][1].error})")
+
+
+def _print_stream_timings(s: dict) -> None:
+    ttft, tpot = s["ttft_ms"]["p50"], s["tpot_ms"]["p50"]
+    speed = f"; TPOT {tpot:.1f} ms ({1000 / tpot:.1f} tok/s)" if tpot else ""
+    click.echo(f"[{s['prompt_tokens']} prompt tokens, {s['output_tokens']} generated; TTFT "
+               f"{ttft or 0:.0f} ms{speed}]", err=True)
 
 
 def _print_decode_summary(s: dict) -> None:

@@ -4,6 +4,7 @@ the decoder side of `infc run`."""
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -245,6 +246,9 @@ def test_cli_prompt_streams_text(decoder_cli):
     result = decoder_cli("--prompt", "hello", "--max-tokens", 12, "--temperature", 0.5, "--seed", 4)
     assert result.exit_code == 0, result.output
     assert result.stdout.endswith("\n") and len(result.stdout) > 1
+    assert "TTFT" not in result.stdout  # a pipe gets the text alone; the timings go to stderr, one line
+    (timings,) = result.stderr.strip().splitlines()
+    assert re.fullmatch(r"\[\d+ prompt tokens, \d+ generated; TTFT \d+ ms(; TPOT [\d.]+ ms \([\d.]+ tok/s\))?\]", timings)
 
 
 def test_cli_failed_requests_give_exit_code_2_and_one_error_line(decoder_cli, tmp_path):
