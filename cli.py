@@ -238,6 +238,9 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
 @click.option("--iterations", default=10, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True, help="Seed of random inputs, or of sampling (decoder plans).")
 @click.option("--json", "as_json", is_flag=True, help="Print latency statistics as JSON.")
+@click.option("--op-profile", is_flag=True,
+              help="One-shot plans: after the timed runs, as many more with each step timed; print the slowest "
+                   "steps and the time per op type (with --json: every step, under op_profile).")
 @click.option("--prompt", help="Decoder plans: generate from this text (through the model's chat template).")
 @click.option("--max-tokens", type=int, help="Decoder plans: most tokens to generate per request (default 128).")
 @click.option("--temperature", default=0.0, show_default=True, help="Decoder plans: 0 is greedy.")
@@ -252,13 +255,15 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
 @click.option("--itl-factor", type=click.FloatRange(min=1, min_open=True),
               help="Decoder plans: keep a step with decodes within this factor of a decode-only step by capping "
                    "its prefill tokens (protects inter-token latency while long prompts are prefilled; default: no cap).")
-def run(plan, inputs_path, outputs_path, iterations, seed, as_json, **decode_options):
+def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, **decode_options):
     """Run a plan: on given inputs or random ones, timing N iterations; a decoder plan serves requests."""
     import numpy as np
 
     if outputs_path:
         _check_writable_output(outputs_path)
     if _plan_kind(plan) == "decoder":
+        if op_profile:
+            raise BadInput(f"{plan}: --op-profile times one-shot plans; a decoder plan reports its phases itself")
         return _run_decoder(plan, outputs_path, seed, as_json, **decode_options)
     given = [f"--{k.replace('_', '-')}" for k in ("prompt", "max_tokens", "workload", "num_requests", "max_num_seqs",
                                                   "itl_factor")
@@ -280,6 +285,14 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, **decode_opt
              "latency_ms": {"p50": float(np.percentile(times, 50)), "p90": float(np.percentile(times, 90)),
                             "p99": float(np.percentile(times, 99)), "mean": float(np.mean(times)), "iterations": iterations},
              "outputs": {name: {"shape": list(a.shape), "dtype": a.dtype.name} for name, a in outputs.items()}}
+    if op_profile:
+        from .compiler.runtime.step_profile import profile_report, timing_steps
+
+        with timing_steps(session.executor) as step_times:  # apart from the latency runs: timing costs a little
+            for _ in range(iterations):
+                session.run(feeds)
+                step_times.runs += 1
+        stats["op_profile"] = profile_report(session.executor, step_times, times)
     if as_json:
         click.echo(json.dumps(stats, indent=2))
         return
@@ -287,6 +300,11 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, **decode_opt
     for name, info in stats["outputs"].items():
         click.echo(f"output {name}: {info['dtype']} {info['shape']}")
     click.echo(f"latency over {iterations} runs: p50 {lat['p50']:.3f} ms, p90 {lat['p90']:.3f} ms, p99 {lat['p99']:.3f} ms")
+    if op_profile:
+        from .compiler.runtime.step_profile import format_profile
+
+        for line in format_profile(stats["op_profile"]):
+            click.echo(line)
 
 
 def _plan_kind(path: str) -> str | None:

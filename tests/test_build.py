@@ -86,6 +86,20 @@ def test_run_json_and_outputs(cnn_plan, tmp_path):
     assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
 
 
+def test_run_op_profile_times_every_step_and_the_shares_add_up(cnn_plan):
+    tmp, _ = cnn_plan
+    result = infc("run", tmp / "plan.bin", "--iterations", 4, "--op-profile", "--json")
+    assert result.returncode == 0, result.stderr
+    profile = json.loads(result.stdout)["op_profile"]
+    assert profile["runs"] == 4 and profile["steps"] and profile["ops"]
+    assert [row["ms"] for row in profile["steps"]] == sorted((row["ms"] for row in profile["steps"]), reverse=True)
+    assert sum(row["share_pct"] for row in profile["steps"]) == pytest.approx(100.0)
+    assert sum(entry["ms"] for entry in profile["ops"]) == pytest.approx(profile["steps_ms"])
+    assert all(row["calls"] >= 1 and row["step"] and row["op"] for row in profile["steps"])
+    text = infc("run", tmp / "plan.bin", "--iterations", 2, "--op-profile")
+    assert text.returncode == 0 and "op type (steps)" in text.stdout and "time per run over 2 runs" in text.stdout
+
+
 def test_shape_outside_profile_warns_once_and_is_right(cnn_plan, tmp_path):
     tmp, _ = cnn_plan
     x = np.random.default_rng(1).standard_normal((12, 3, 32, 32)).astype(np.float32)

@@ -251,6 +251,11 @@ def test_cli_prompt_streams_text(decoder_cli):
     assert re.fullmatch(r"\[\d+ prompt tokens, \d+ generated; TTFT \d+ ms(; TPOT [\d.]+ ms \([\d.]+ tok/s\))?\]", timings)
 
 
+def test_cli_op_profile_is_for_one_shot_plans(decoder_cli):
+    result = decoder_cli("--num-requests", 2, "--op-profile")
+    assert result.exit_code == 2 and "--op-profile times one-shot plans" in result.stderr
+
+
 def test_cli_failed_requests_give_exit_code_2_and_one_error_line(decoder_cli, tmp_path):
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"prompt_ids": [1, 2, 3], "max_tokens": 3}\n{"prompt_ids": []}\nnot json\n')

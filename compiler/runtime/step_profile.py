@@ -1,0 +1,96 @@
+"""Where a one-shot plan's run spends its time, step by step and per op type (`infc run --op-profile`),
+as trtexec's --dumpProfile does for engine layers.
+
+Each step's kernel is timed with perf_counter while the profile is on; the executor is otherwise the
+one that serves the plan. Steps whose results were memoized (shape arithmetic, run once per set of
+input shapes) cost nothing and do not appear. What the steps' sum leaves of a run's latency is the
+executor's own work: gathering arguments, freeing values, its loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..errors import BadInput
+
+TOP_STEPS = 15  # steps in the printed table (the JSON has them all)
+TOP_OPS = 10
+
+
+@dataclass
+class StepTimes:
+    runs: int = 0
+    seconds: dict = field(default_factory=lambda: defaultdict(float))  # step index -> total seconds
+    calls: dict = field(default_factory=lambda: defaultdict(int))
+
+
+@contextlib.contextmanager
+def timing_steps(executor):
+    """Within the block every step of `executor` (a CPU plan's) records its time into the yielded
+    StepTimes; the steps run untimed again afterwards."""
+    steps = getattr(executor, "_steps", None)
+    if steps is None:
+        raise BadInput("--op-profile times the steps of CPU plans; this plan runs on the GPU executor")
+    times = StepTimes()
+    originals = [step.run for step in steps]
+
+    def timed(index: int, run):
+        def kernel(args, attrs, ctx):
+            started = time.perf_counter()
+            try:
+                return run(args, attrs, ctx)
+            finally:
+                times.seconds[index] += time.perf_counter() - started
+                times.calls[index] += 1
+        return kernel
+
+    for index, step in enumerate(steps):
+        step.run = timed(index, step.run)
+    try:
+        yield times
+    finally:
+        for step, run in zip(steps, originals):
+            step.run = run
+
+
+def profile_report(executor, times: StepTimes, latencies_ms: list[float]) -> dict:
+    """{"steps": every timed step, slowest first, "ops": per op type, "executor_ms": the rest of a
+    run} in milliseconds per run."""
+    runs = max(times.runs, 1)
+    steps = executor._steps
+    rows = []
+    for index, seconds in times.seconds.items():
+        step = steps[index]
+        domain, op = step.key
+        rows.append({"step": step.label, "op": f"{domain}.{op}" if domain else op, "index": index,
+                     "ms": seconds * 1e3 / runs, "calls": times.calls[index] / runs})
+    rows.sort(key=lambda row: -row["ms"])
+    total = sum(row["ms"] for row in rows)
+    ops: dict[str, dict] = {}
+    for row in rows:
+        entry = ops.setdefault(row["op"], {"op": row["op"], "ms": 0.0, "steps": 0})
+        entry["ms"] += row["ms"]
+        entry["steps"] += 1
+    for row in [*rows, *ops.values()]:
+        row["share_pct"] = 100.0 * row["ms"] / total if total else 0.0
+    mean_latency = sum(latencies_ms) / len(latencies_ms) if latencies_ms else 0.0
+    return {"runs": times.runs, "steps_ms": total, "executor_ms": max(mean_latency - total, 0.0),
+            "steps": rows, "ops": sorted(ops.values(), key=lambda entry: -entry["ms"])}
+
+
+def format_profile(report: dict) -> list[str]:
+    """The report as text lines: the slowest steps, then the op types."""
+    lines = [f"time per run over {report['runs']} runs: steps {report['steps_ms']:.3f} ms, "
+             f"executor {report['executor_ms']:.3f} ms"]
+    lines.append(f"{'ms':>9} {'share':>6}  step")
+    for row in report["steps"][:TOP_STEPS]:
+        lines.append(f"{row['ms']:9.3f} {row['share_pct']:5.1f}%  {row['step']}")
+    if len(report["steps"]) > TOP_STEPS:
+        lines.append(f"{'':>17}... {len(report['steps']) - TOP_STEPS} more steps (--json lists them all)")
+    lines.append(f"{'ms':>9} {'share':>6}  op type (steps)")
+    for entry in report["ops"][:TOP_OPS]:
+        lines.append(f"{entry['ms']:9.3f} {entry['share_pct']:5.1f}%  {entry['op']} ({entry['steps']})")
+    return lines
