@@ -46,3 +46,26 @@ def test_col2im(rng, single_node, ort_check):
     inits = {"i": np.array([5, 6], np.int64), "k": np.array([2, 2], np.int64)}
     model = single_node("Col2Im", {"x": x}, [("y", F32)], {"strides": [2, 2], "pads": [0, 1, 1, 0]}, inits, opset=18)
     ort_check(model, {"x": x})
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border"])
+@pytest.mark.parametrize("align", [0, 1])
+def test_compiled_bilinear_grid_sample_matches_the_numpy_path(padding, align, rng):
+    """The compiled path (jit_grid_sample.py) against the NumPy one, with coordinates outside the
+    input, at its edges, huge, infinite and NaN; RAFT-like windows (one channel, many small grids)."""
+    from infc.compiler.runtime import jit
+    from infc.compiler.runtime.kernels import kernel_for
+    from infc.compiler.runtime.kernels.common import KernelContext
+
+    grid_sample = kernel_for("", "GridSample")
+    attrs = {"mode": "linear", "padding_mode": padding, "align_corners": align}
+    for x_shape, grid_shape in (((2, 3, 5, 6), (2, 4, 7, 2)), ((64, 1, 12, 16), (64, 9, 9, 2))):
+        x = rng.standard_normal(x_shape).astype(F32)
+        grid = (rng.random(grid_shape) * 2.6 - 1.3).astype(F32)
+        grid[0, 0, :4, 0] = [-1, 1, 3e30, -np.inf]
+        grid[0, 1, :3, 1] = [np.nan, 1, -1]
+        compiled = grid_sample([x, grid], attrs, KernelContext(20))[0]
+        with jit.disabled():
+            plain = grid_sample([x, grid], attrs, KernelContext(20))[0]
+        assert compiled.dtype == plain.dtype == np.float32 and compiled.shape == plain.shape
+        np.testing.assert_allclose(compiled, plain, rtol=1e-6, atol=1e-7)  # NaN where NaN

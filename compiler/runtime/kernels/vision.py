@@ -8,6 +8,7 @@ import itertools
 import numpy as np
 
 from .common import arg, ints
+from .jit_grid_sample import sample_bilinear
 
 
 def _reflect(x, low, high):
@@ -33,6 +34,10 @@ def grid_sample(inputs, attrs, ctx):
     x, grid = inputs
     mode = {"bilinear": "linear", "bicubic": "cubic"}.get(attrs.get("mode", "linear"), attrs.get("mode", "linear"))
     padding, align = attrs.get("padding_mode", "zeros"), bool(attrs.get("align_corners", 0))
+    if mode == "linear":  # the common case compiled (jit_grid_sample.py), same arithmetic
+        compiled = sample_bilinear(x, grid, padding, align)
+        if compiled is not None:
+            return [compiled]
     dims = x.shape[2:]
     nd = len(dims)
     lows = [0.0 if align else -0.5] * nd
