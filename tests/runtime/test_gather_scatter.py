@@ -80,3 +80,53 @@ def test_top_k(largest, axis, rng, single_node, ort_check):
     model = single_node("TopK", {"x": x}, [("v", F32), ("i", I64)], {"axis": axis, "largest": largest},
                         {"k": np.array([3], I64)}, opset=11)
     ort_check(model, {"x": x})
+
+
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_top_k_of_a_few_among_many_selects_then_sorts_like_onnxruntime(largest, axis, rng, single_node, ort_check):
+    """k far below the axis takes the partition path (ties at the k-th value: the lowest indexes)."""
+    shape = (300, 3) if axis == 0 else (3, 300)
+    x = rng.integers(0, 40, shape).astype(F32)  # many ties, also at the k-th value
+    model = single_node("TopK", {"x": x}, [("v", F32), ("i", I64)], {"axis": axis, "largest": largest},
+                        {"k": np.array([7], I64)}, opset=11)
+    ort_check(model, {"x": x})
+
+
+def test_top_k_partition_path_equals_the_full_sort(rng, monkeypatch):
+    from infc.compiler.runtime.kernels import gather_scatter
+    from infc.compiler.runtime.kernels.common import KernelContext
+
+    x = rng.integers(0, 9, (5, 400)).astype(F32)
+    x[1, :5] = np.nan  # NaNs sort last
+    all_nan = x.copy()
+    all_nan[2] = np.nan  # a row whose k-th key is NaN: the full sort judges
+    assert gather_scatter._few_largest(-x, 10, 1) is not None and gather_scatter._few_largest(-all_nan, 10, 1) is None
+    for data in (x, all_nan):
+        for largest, k in ((1, 10), (0, 10), (1, 1)):
+            args = [data, np.array([k], I64)], {"axis": -1, "largest": largest}, KernelContext(11)
+            fast = gather_scatter.top_k(*args)
+            monkeypatch.setattr(gather_scatter, "PARTIAL_SORT_RATIO", 10 ** 9)
+            full = gather_scatter.top_k(*args)
+            monkeypatch.undo()
+            np.testing.assert_array_equal(fast[1], full[1])
+            np.testing.assert_array_equal(fast[0], full[0])
+
+
+def test_gather_nd_out_of_range_is_an_error_not_a_wrong_row(rng):
+    from infc.compiler.runtime.kernels import gather_scatter
+    from infc.compiler.runtime.kernels.common import KernelContext
+
+    x = rng.standard_normal((2, 3, 4)).astype(F32)
+    with pytest.raises(IndexError, match="outside"):
+        gather_scatter.gather_nd([x, np.array([[0, 3]], I64)], {}, KernelContext(13))
+    with pytest.raises(IndexError, match="outside"):
+        gather_scatter.gather_nd([x, np.array([[1, -4]], I64)], {}, KernelContext(13))
+    with pytest.raises(IndexError, match="out of bounds"):  # one index per row: NumPy's take says it
+        gather_scatter.gather_nd([x, np.array([[2]], I64)], {}, KernelContext(13))
+
+
+def test_gather_nd_of_whole_rows_with_negative_indexes(rng, single_node, ort_check):
+    x = rng.standard_normal((5, 4)).astype(F32)
+    idx = np.array([[3], [-1], [0], [-5]], I64)
+    ort_check(single_node("GatherND", {"x": x}, [("y", F32)], {}, {"i": idx}), {"x": x})
