@@ -97,7 +97,7 @@ def test_run_op_profile_times_every_step_and_the_shares_add_up(cnn_plan):
     assert sum(entry["ms"] for entry in profile["ops"]) == pytest.approx(profile["steps_ms"])
     assert all(row["calls"] >= 1 and row["step"] and row["op"] for row in profile["steps"])
     text = infc("run", tmp / "plan.bin", "--iterations", 2, "--op-profile")
-    assert text.returncode == 0 and "op type (steps)" in text.stdout and "time per run over 2 runs" in text.stdout
+    assert text.returncode == 0 and "op type (steps)" in text.stdout and "time per run over 2 more runs" in text.stdout
 
 
 def test_shape_outside_profile_warns_once_and_is_right(cnn_plan, tmp_path):

@@ -83,8 +83,8 @@ def profile_report(executor, times: StepTimes, latencies_ms: list[float]) -> dic
 
 def format_profile(report: dict) -> list[str]:
     """The report as text lines: the slowest steps, then the op types."""
-    lines = [f"time per run over {report['runs']} runs: steps {report['steps_ms']:.3f} ms, "
-             f"executor {report['executor_ms']:.3f} ms"]
+    lines = [f"time per run over {report['runs']} more runs, each step timed: steps {report['steps_ms']:.3f} ms "
+             f"(mean), executor {report['executor_ms']:.3f} ms (the latency runs' mean less the steps)"]
     lines.append(f"{'ms':>9} {'share':>6}  step")
     for row in report["steps"][:TOP_STEPS]:
         lines.append(f"{row['ms']:9.3f} {row['share_pct']:5.1f}%  {row['step']}")
