@@ -277,7 +277,13 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
     session = PlanSession(plan)
     feeds = load_feeds(inputs_path) if inputs_path else random_plan_feeds(session, seed)
     feeds = session.check_feeds(feeds, inputs_path or "random inputs")
-    outputs = session.run(feeds)
+    try:
+        outputs = session.run(feeds)
+    except InfcError as exc:
+        if inputs_path or isinstance(exc, BadInput):
+            raise
+        raise InfcError(f"{exc} (on random inputs: a model whose control flow or indexes depend on input values "
+                        "needs real ones, --inputs FEEDS.npz)") from exc
     times = session.benchmark(feeds, iterations)
     if outputs_path:
         save_outputs(outputs_path, outputs)

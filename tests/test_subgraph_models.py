@@ -94,3 +94,11 @@ def test_build_takes_representative_inputs_for_value_dependent_models(tmp_path):
     given = build("--inputs", str(feeds), "--verify", "--json")
     assert given.returncode == 0, given.stderr
     assert '"max_rel_diff": 0.0' in given.stdout.replace("0e+00", "0.0") or '"max_rel_diff": 0' in given.stdout
+    # `infc run` on random inputs fails the same way, and says what to pass; on real ones it runs
+    run = subprocess.run([sys.executable, "-m", "infc.cli", "run", str(tmp_path / "p.plan"), "--iterations", "1"],
+                         capture_output=True, text=True)
+    (line,) = run.stderr.strip().splitlines()
+    assert run.returncode == 1 and line.startswith("error: ") and line.endswith("needs real ones, --inputs FEEDS.npz)")
+    run = subprocess.run([sys.executable, "-m", "infc.cli", "run", str(tmp_path / "p.plan"), "--inputs", str(feeds),
+                          "--iterations", "1"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr

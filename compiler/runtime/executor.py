@@ -147,8 +147,9 @@ class Executor:
             section = step["section"]
             if section not in islands:
                 raise BadInput(f"island step needs section '{section}', which the program does not carry")
+            ops = ", ".join(step.get("ops") or ())  # what it runs, for errors and --op-profile
             return _Step(_island_runner(islands[section], inputs, outputs), {}, KernelContext(self.opset),
-                         inputs, outputs, label, (domain, ISLAND_OP))
+                         inputs, outputs, f"onnxruntime island '{section}' ({ops})", (domain, ISLAND_OP))
         if step["op"] == GROUP_OP:
             return _Step(group_runner(step, self._weights, decode_attrs, self.opset, self._spin, islands), {}, KernelContext(self.opset), inputs, outputs,
                          f"{len(step['members'])} steps in one onnxruntime session ({label})", (domain, GROUP_OP))
