@@ -239,8 +239,9 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
 @click.option("--seed", default=0, show_default=True, help="Seed of random inputs, or of sampling (decoder plans).")
 @click.option("--json", "as_json", is_flag=True, help="Print latency statistics as JSON.")
 @click.option("--op-profile", is_flag=True,
-              help="One-shot plans: after the timed runs, as many more with each step timed; print the slowest "
-                   "steps and the time per op type (with --json: every step, under op_profile).")
+              help="Time each step: one-shot plans in as many more runs after the timed ones, decoder plans over "
+                   "the whole serving run; print the slowest steps and the time per op type (with --json: every "
+                   "step, under op_profile).")
 @click.option("--prompt", help="Decoder plans: generate from this text (through the model's chat template).")
 @click.option("--max-tokens", type=int, help="Decoder plans: most tokens to generate per request (default 128).")
 @click.option("--temperature", default=0.0, show_default=True, help="Decoder plans: 0 is greedy.")
@@ -262,9 +263,7 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
     if outputs_path:
         _check_writable_output(outputs_path)
     if _plan_kind(plan) == "decoder":
-        if op_profile:
-            raise BadInput(f"{plan}: --op-profile times one-shot plans; a decoder plan reports its phases itself")
-        return _run_decoder(plan, outputs_path, seed, as_json, **decode_options)
+        return _run_decoder(plan, outputs_path, seed, as_json, op_profile, **decode_options)
     given = [f"--{k.replace('_', '-')}" for k in ("prompt", "max_tokens", "workload", "num_requests", "max_num_seqs",
                                                   "itl_factor")
              if decode_options[k] is not None]
@@ -352,7 +351,9 @@ def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, worklo
                      dataclasses.replace(defaults, ignore_eos=True))
 
 
-def _run_decoder(plan, outputs_path, seed, as_json, batching, max_num_seqs, itl_factor, **request_options):
+def _run_decoder(plan, outputs_path, seed, as_json, op_profile, batching, max_num_seqs, itl_factor, **request_options):
+    import contextlib
+
     from .compiler.runtime.engine import Engine, EngineConfig
     from .compiler.runtime.invariant_gemm import gemm_invariance_report
     from .compiler.runtime.metrics import LiveDisplay, request_record
@@ -370,11 +371,17 @@ def _run_decoder(plan, outputs_path, seed, as_json, batching, max_num_seqs, itl_
     is_streaming = request_options["prompt"] is not None and not as_json
     engine = Engine(runner, EngineConfig(scheduler, num_kv_blocks, seed=seed, itl_factor=itl_factor), text,
                     on_text=(lambda seq, piece: click.echo(piece, nl=False)) if is_streaming else None)
-    if as_json or is_streaming:
-        seqs = engine.run(requests)
-    else:
-        with LiveDisplay(stderr, len(requests), engine.clock) as display:
-            seqs = engine.run(requests, on_step=display.update)
+    from .compiler.runtime.step_profile import format_profile, profile_report, timing_steps
+
+    executor = getattr(runner, "executor", None)
+    with timing_steps(executor) if op_profile else contextlib.nullcontext() as step_times:
+        if as_json or is_streaming:
+            seqs = engine.run(requests)
+        else:
+            with LiveDisplay(stderr, len(requests), engine.clock) as display:
+                seqs = engine.run(requests, on_step=display.update)
+    if op_profile:
+        step_times.runs = engine.stats.num_steps  # model steps: prefill chunks and decodes together
     if is_streaming and seqs[0].text:
         click.echo()
     if outputs_path:
@@ -382,12 +389,17 @@ def _run_decoder(plan, outputs_path, seed, as_json, batching, max_num_seqs, itl_
     summary = {"plan": str(plan), "batching": batching, "max_num_seqs": max_num_seqs,
                "num_kv_blocks": engine.blocks.num_blocks, **engine.summary(seqs),
                "batch_invariant_gemms": gemm_invariance_report()}
+    if op_profile:
+        summary["op_profile"] = profile_report(executor, step_times, [])
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     elif not is_streaming:
         _print_decode_summary(summary)
     else:  # the text went to stdout: timings on stderr, one line, so a pipe gets the text alone
         _print_stream_timings(summary)
+    if op_profile and not as_json:
+        for line in format_profile(summary["op_profile"]):
+            click.echo(line, err=is_streaming)
     failed = [(i, s) for i, s in enumerate(seqs) if s.error]
     if failed:
         raise BadInput(f"{len(failed)} of {len(seqs)} requests failed (request {failed[0][0]}: {failed[0][1].error})")

@@ -1,5 +1,6 @@
-"""Where a one-shot plan's run spends its time, step by step and per op type (`infc run --op-profile`),
-as trtexec's --dumpProfile does for engine layers.
+"""Where a plan's run spends its time, step by step and per op type (`infc run --op-profile`), as
+trtexec's --dumpProfile does for engine layers: a one-shot plan over runs of its own, a decoder plan's
+model steps over the whole serving run.
 
 Each step's kernel is timed with perf_counter while the profile is on; the executor is otherwise the
 one that serves the plan. Steps whose results were memoized (shape arithmetic, run once per set of
@@ -33,7 +34,7 @@ def timing_steps(executor):
     StepTimes; the steps run untimed again afterwards."""
     steps = getattr(executor, "_steps", None)
     if steps is None:
-        raise BadInput("--op-profile times the steps of CPU plans; this plan runs on the GPU executor")
+        raise BadInput("--op-profile times the steps of infc's CPU executor; this plan runs on another")
     times = StepTimes()
     originals = [step.run for step in steps]
 
@@ -76,15 +77,21 @@ def profile_report(executor, times: StepTimes, latencies_ms: list[float]) -> dic
         entry["steps"] += 1
     for row in [*rows, *ops.values()]:
         row["share_pct"] = 100.0 * row["ms"] / total if total else 0.0
-    mean_latency = sum(latencies_ms) / len(latencies_ms) if latencies_ms else 0.0
-    return {"runs": times.runs, "steps_ms": total, "executor_ms": max(mean_latency - total, 0.0),
+    # the executor's share: the latency runs' mean less the steps (None without latency runs: a decoder's
+    # model steps are timed inside the serving loop)
+    executor_ms = max(sum(latencies_ms) / len(latencies_ms) - total, 0.0) if latencies_ms else None
+    return {"runs": times.runs, "steps_ms": total, "executor_ms": executor_ms,
             "steps": rows, "ops": sorted(ops.values(), key=lambda entry: -entry["ms"])}
 
 
 def format_profile(report: dict) -> list[str]:
     """The report as text lines: the slowest steps, then the op types."""
-    lines = [f"time per run over {report['runs']} more runs, each step timed: steps {report['steps_ms']:.3f} ms "
-             f"(mean), executor {report['executor_ms']:.3f} ms (the latency runs' mean less the steps)"]
+    if report["executor_ms"] is None:
+        lines = [f"time per model step over {report['runs']} steps (prefill chunks and decodes): steps "
+                 f"{report['steps_ms']:.3f} ms"]
+    else:
+        lines = [f"time per run over {report['runs']} more runs, each step timed: steps {report['steps_ms']:.3f} ms "
+                 f"(mean), executor {report['executor_ms']:.3f} ms (the latency runs' mean less the steps)"]
     lines.append(f"{'ms':>9} {'share':>6}  step")
     for row in report["steps"][:TOP_STEPS]:
         lines.append(f"{row['ms']:9.3f} {row['share_pct']:5.1f}%  {row['step']}")
