@@ -145,11 +145,20 @@ def chain_product(a: np.ndarray, w: np.ndarray, edges: np.ndarray, blocks, out: 
     kernel = _chain_columns.get()
     if kernel is None:
         return None
-    spread = _chain_blocks.get_parallel() if len(blocks) > 1 else None
-    if len(blocks) == 1:
-        kernel(a, w, edges, 0, w.shape[1], out)
-    elif spread is not None:  # numba's threads: no GIL round trip per call (jit.py)
-        spread(a, w, edges, block_array(tuple(blocks)), out)
-    else:
-        parallel_for(len(blocks), lambda i: kernel(a, w, edges, blocks[i][0], blocks[i][1], out))
+    over_column_blocks(blocks, w.shape[1], lambda n0, n1: kernel(a, w, edges, n0, n1, out), _chain_blocks,
+                       lambda spread, array: spread(a, w, edges, array, out))
     return out
+
+
+def over_column_blocks(blocks, n: int, run_block, blocks_kernel, run_spread) -> None:
+    """The column blocks of a chain kernel's call: one block at once; several on numba's threads
+    (`blocks_kernel`'s parallel build, called as run_spread(build, block array): no GIL round trip
+    per call, jit.py), else shared with the helper thread (run_block(n0, n1) each)."""
+    if len(blocks) == 1:
+        run_block(0, n)
+        return
+    spread = blocks_kernel.get_parallel()
+    if spread is not None:
+        run_spread(spread, block_array(tuple(blocks)))
+    else:
+        parallel_for(len(blocks), lambda i: run_block(blocks[i][0], blocks[i][1]))

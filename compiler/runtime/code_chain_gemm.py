@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .chain_gemm import block_array
-from .gemm_impls import parallel_for
+from .chain_gemm import over_column_blocks
 from .jit import IN_ORDER, jit, prange
 
 TILE = 1024  # columns per tile, as chain_gemm.TILE: accumulators and four rebuilt rows stay in L1
@@ -119,11 +118,6 @@ def codes_product(a: np.ndarray, codes: np.ndarray, scale: np.ndarray, zero: np.
         return None
     a = np.ascontiguousarray(a)
     out = np.empty((a.shape[0], codes.shape[1]), np.float32)
-    spread = _codes_blocks.get_parallel() if len(blocks) > 1 else None
-    if len(blocks) == 1:
-        kernel(a, codes, scale, zero, group, edges, 0, codes.shape[1], out)
-    elif spread is not None:  # numba's threads (chain_gemm.chain_product)
-        spread(a, codes, scale, zero, group, edges, block_array(tuple(blocks)), out)
-    else:
-        parallel_for(len(blocks), lambda i: kernel(a, codes, scale, zero, group, edges, blocks[i][0], blocks[i][1], out))
+    over_column_blocks(blocks, codes.shape[1], lambda n0, n1: kernel(a, codes, scale, zero, group, edges, n0, n1, out),
+                       _codes_blocks, lambda spread, array: spread(a, codes, scale, zero, group, edges, array, out))
     return out

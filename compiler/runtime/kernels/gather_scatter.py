@@ -40,8 +40,9 @@ def gather_nd(inputs, attrs, ctx):
     # one row index into [batches * prod(dims), rest]: a single take, where an index array per
     # dimension makes NumPy's fancy indexing walk them all (SSDlite's box gather: 18 ms)
     strides = np.cumprod(np.concatenate([dims[1:], [1]])[::-1])[::-1]
-    rows = index @ strides + (np.arange(num_batches, dtype=np.int64) * int(np.prod(dims)))[:, None]
-    picked = np.take(data.reshape((num_batches * int(np.prod(dims)),) + x.shape[batch_dims + depth:]), rows.reshape(-1), axis=0)
+    per_batch = int(np.prod(dims))
+    rows = index @ strides + (np.arange(num_batches, dtype=np.int64) * per_batch)[:, None]
+    picked = np.take(data.reshape((num_batches * per_batch,) + x.shape[batch_dims + depth:]), rows.reshape(-1), axis=0)
     return [picked.reshape(indices.shape[:-1] + x.shape[batch_dims + depth:])]
 
 

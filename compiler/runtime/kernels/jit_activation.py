@@ -118,16 +118,18 @@ def gated(packed: np.ndarray, gate_first: bool, form: int, alpha: float = 1.0) -
     y = np.empty((*packed.shape[:-1], d), np.float32)
     out = y.reshape(-1, d)
     alpha_t = np.float32(alpha)
-    count = rows.shape[0]
-    if count >= 2 and packed.nbytes >= PARALLEL_MIN_BYTES:
-        def half(index: int) -> None:
-            lo, hi = count * index // 2, count * (index + 1) // 2
-            kernel(gate[lo:hi], up[lo:hi], form, alpha_t, out[lo:hi])
-
-        parallel_for(2, half)
-    else:
-        kernel(gate, up, form, alpha_t, out)
+    _in_row_halves(rows.shape[0], packed.nbytes,
+                   lambda lo, hi: kernel(gate[lo:hi], up[lo:hi], form, alpha_t, out[lo:hi]))
     return y
+
+
+def _in_row_halves(count: int, nbytes: int, run) -> None:
+    """run(lo, hi) over rows [0, count): in two halves shared with the helper thread when the data is
+    large enough to pay for the hand-off, else at once."""
+    if count >= 2 and nbytes >= PARALLEL_MIN_BYTES:
+        parallel_for(2, lambda index: run(count * index // 2, count * (index + 1) // 2))
+    else:
+        run(0, count)
 
 
 def gelu(x: np.ndarray, bias, form: int, alpha: float = 1.0) -> np.ndarray | None:
@@ -149,15 +151,7 @@ def gelu(x: np.ndarray, bias, form: int, alpha: float = 1.0) -> np.ndarray | Non
     y = np.empty(x.shape, np.float32)
     out = y.reshape(-1, d)
     alpha_t = np.float32(alpha)
-    count = rows.shape[0]
-    if count >= 2 and x.nbytes * 2 >= PARALLEL_MIN_BYTES:
-        def half(index: int) -> None:
-            lo, hi = count * index // 2, count * (index + 1) // 2
-            kernel(rows[lo:hi], bias_v, form, alpha_t, out[lo:hi])
-
-        parallel_for(2, half)
-    else:
-        kernel(rows, bias_v, form, alpha_t, out)
+    _in_row_halves(rows.shape[0], x.nbytes * 2, lambda lo, hi: kernel(rows[lo:hi], bias_v, form, alpha_t, out[lo:hi]))
     return y
 
 
