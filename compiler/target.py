@@ -16,6 +16,13 @@ ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", 
 
 
 def _cpu_model_and_flags() -> tuple[str, list[str]]:
+    model, flags = cpu_model_and_all_flags()
+    return model, sorted(f for f in ISA_FLAGS if f in flags)
+
+
+@lru_cache(maxsize=1)
+def cpu_model_and_all_flags() -> tuple[str, frozenset[str]]:
+    """The CPU's model name and every feature flag /proc/cpuinfo lists (none where it cannot be read)."""
     model, flags = platform.processor() or platform.machine(), set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
@@ -28,7 +35,7 @@ def _cpu_model_and_flags() -> tuple[str, list[str]]:
                     flags.update(value.split())
     except OSError:
         pass
-    return model, sorted(f for f in ISA_FLAGS if f in flags)
+    return model, frozenset(flags)
 
 
 def _blas() -> str:

@@ -22,6 +22,7 @@ from .qdq import (
     write_qdq,
 )
 from .unfuse import unfuse_activations
+from .weight_range import FULL, weight_limit
 
 # DequantizeLinear's `axis` (per-channel weights) arrives in opset 13.
 PER_CHANNEL_MIN_OPSET = 13
@@ -44,9 +45,11 @@ class Int8Report:
 
 
 def quantize_int8(model: onnx.ModelProto, calib_feeds_iter: Iterable[dict[str, np.ndarray]], method: str = "minmax",
-                  activation_type: str = "uint8", percentile: float = DEFAULT_PERCENTILE) -> tuple[onnx.ModelProto, Int8Report]:
+                  activation_type: str = "uint8", percentile: float = DEFAULT_PERCENTILE,
+                  reduce_range: bool | None = None) -> tuple[onnx.ModelProto, Int8Report]:
     """`calib_feeds_iter`: feeds dicts, one sample each (e.g. calib_data.iter_calibration(path, model));
-    read once, in a single streaming pass. `method`: minmax, percentile or entropy."""
+    read once, in a single streaming pass. `method`: minmax, percentile or entropy. `reduce_range`:
+    weights in [-64, 64] (weight_range.py); None: where this CPU's onnxruntime kernels need it."""
     if activation_type not in ACTIVATION_TYPES:
         raise BadInput(f"activation type '{activation_type}': expected one of {', '.join(ACTIVATION_TYPES)}")
     model, note = ensure_opset(model, PER_CHANNEL_MIN_OPSET, "per-channel DequantizeLinear")
@@ -57,12 +60,17 @@ def quantize_int8(model: onnx.ModelProto, calib_feeds_iter: Iterable[dict[str, n
     names = activation_names(model, targets)
     ranges, num_samples = collect_ranges(model, names, calib_feeds_iter, method, percentile)
     params = {name: activation_params(*ranges[name], activation_type) for name in names}
-    model = write_qdq(model, targets, constants, params)
+    limit = weight_limit(reduce_range)
+    model = write_qdq(model, targets, constants, params, limit)
     drop_unused(model.graph)
     notes = [note] if note else []
+    if limit != FULL and targets:
+        notes.append(f"weights in [-{limit}, {limit}] (7 bits): onnxruntime's int8 kernels on x86 without VNNI "
+                     "saturate full-range weights" + ("" if reduce_range else ", as on this CPU"))
     if not targets:
         notes.append(_nothing_quantized(model))
-    report = Int8Report(method, activation_type, "int8 symmetric per-channel", num_samples,
+    weight_type = "int8 symmetric per-channel" + ("" if limit == FULL else f" in [-{limit}, {limit}]")
+    report = Int8Report(method, activation_type, weight_type, num_samples,
                         dict(Counter(t.node.op_type for t in targets)), dict(skipped), len(names), num_unfused, notes)
     return model, report
 

@@ -57,14 +57,14 @@ def select_targets(model: onnx.ModelProto, constants: dict[str, np.ndarray]) -> 
     return targets, skipped
 
 
-def weight_per_channel(w: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 in [-127, 127] with one scale per slice along `axis`."""
+def weight_per_channel(w: np.ndarray, axis: int, limit: int = 127) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 in [-limit, limit] with one scale per slice along `axis` (weight_range.py)."""
     moved = np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)
-    scale = np.abs(moved).max(axis=1) / 127.0
+    scale = np.abs(moved).max(axis=1) / float(limit)
     scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
     shape = [1] * w.ndim
     shape[axis] = -1
-    return np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8), scale
+    return np.clip(np.round(w / scale.reshape(shape)), -limit, limit).astype(np.int8), scale
 
 
 def activation_params(lo: float, hi: float, activation_type: str) -> tuple[np.ndarray, np.ndarray]:
@@ -91,7 +91,8 @@ def activation_names(model: onnx.ModelProto, targets: list[Target]) -> list[str]
     return list(dict.fromkeys(names))
 
 
-def write_qdq(model: onnx.ModelProto, targets: list[Target], constants: dict, act_params: dict) -> onnx.ModelProto:
+def write_qdq(model: onnx.ModelProto, targets: list[Target], constants: dict, act_params: dict,
+              weight_limit: int = 127) -> onnx.ModelProto:
     graph, new_nodes, inits = model.graph, [], []
     by_node = {id(t.node): t for t in targets}
     dq_of = {name: f"{name}/dq" for name in act_params}
@@ -115,7 +116,7 @@ def write_qdq(model: onnx.ModelProto, targets: list[Target], constants: dict, ac
         if target is not None:
             key = (node.input[1], target.axis)
             if key not in weights_done:
-                q, scale = weight_per_channel(constants[node.input[1]], target.axis)
+                q, scale = weight_per_channel(constants[node.input[1]], target.axis, weight_limit)
                 name = f"{node.input[1]}/int8_{target.axis}"
                 inits += [numpy_helper.from_array(q, name), numpy_helper.from_array(scale, f"{name}/scale"),
                           numpy_helper.from_array(np.zeros_like(scale, np.int8), f"{name}/zero")]
