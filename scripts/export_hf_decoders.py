@@ -4,8 +4,7 @@
     pip install torch transformers onnxscript          # optional deps: this script only
     python scripts/export_hf_decoders.py [--models qwen2,llama] [--exporters ts,dynamo,optimum] [--out DIR]
 
-Each architecture (CONFIGS: 34 of them, Llama to Gemma 2, Falcon, OPT, GPT-J, ALiBi models infc must
-refuse) is its transformers class built from a small config (2 layers, hidden 64, vocab 256; no
+Each architecture (CONFIGS: 34 of them, Llama to Gemma 2, Falcon, OPT, GPT-J, the ALiBi of Bloom and MPT) is its transformers class built from a small config (2 layers, hidden 64, vocab 256; no
 download), with seeded random weights, exported by:
 
   ts       torch.onnx.export (TorchScript exporter, opset 17) of a wrapper taking the past key/values
@@ -48,7 +47,7 @@ LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "lo
 # name: (model_type, the config fields that differ from COMMON, COMMON keys the config does not take).
 # The mix covers GQA and MQA, q/k/v biases, tied embeddings, fused projections (per-head interleaved
 # too), partial rotary, learned position tables (with an offset), q/k norms, parallel residuals,
-# scalar multipliers, logit soft-capping, rope scaling, sliding windows; and masks infc must refuse.
+# scalar multipliers, logit soft-capping, rope scaling, sliding windows, ALiBi; and masks infc must refuse.
 CONFIGS = {
     "qwen2": ("qwen2", {"tie_word_embeddings": False, "use_sliding_window": False}, ()),
     "llama": ("llama", {"tie_word_embeddings": True}, ()),  # SmolLM / TinyLlama shape
@@ -86,8 +85,9 @@ CONFIGS = {
     # falcon-7b: one KV head (multi-query), fused QKV, parallel attention
     "falcon": ("falcon", {"num_kv_heads": 1, "multi_query": True, "parallel_attn": True, "ffn_hidden_size": 128,
                           "alibi": False, "new_decoder_architecture": False}, NO_GQA + ("intermediate_size",)),
-    # ALiBi positions: a bias paged attention does not add, so infc must refuse them (falcon-rw's
-    # alibi=True does not export: its bfloat16 slopes become complex numbers in onnxruntime)
+    # ALiBi positions, paged with their slopes: Bloom's on (B*N)-row baddbmm scores, MPT's sliced from
+    # a max_seq_len table (falcon-rw's alibi=True does not export: its bfloat16 slopes become complex
+    # numbers in onnxruntime)
     "bloom": ("bloom", {"n_head": 4, "n_layer": 2}, GPT2_NAMES),
     "mpt": ("mpt", {"d_model": 64, "n_heads": 4, "n_layers": 2, "expansion_ratio": 2, "max_seq_len": 512}, GPT2_NAMES),
     "olmo": ("olmo", {"clip_qkv": 8.0}, ()),  # LayerNorm without weights, clamped q/k/v

@@ -77,7 +77,8 @@ def _replace(graph: gs.Graph, site: Site, layer: int, extra: list[gs.Tensor], na
     graph.nodes.append(gs.Node("PagedAttention", names(f"paged_attention_{layer}"), domain=DOMAIN,
                                attrs={"num_heads": n, "kv_num_heads": site.kv_num_heads, "scale": site.scale, "layer": layer,
                                       **({"softcap": site.softcap} if site.softcap else {}),
-                                      **({"window": site.window} if site.window else {})},
+                                      **({"window": site.window} if site.window else {}),
+                                      **({"alibi_slopes": list(site.alibi_slopes)} if site.alibi_slopes else {})},
                                inputs=[q, site.k_new, site.v_new, *extra], outputs=[out]))
     if site.q_is_4d:
         out = _node(graph, names, "Reshape", [out, _const(names, [0, 0, n, h])])
@@ -96,7 +97,8 @@ def _const(names: NameGen, values) -> gs.Constant:
 
 def _drop_past_reads(graph: gs.Graph, past: set[int], site: Site) -> bool:
     """Exporters read shapes off the past inputs (dynamo: the batch size, and the past length in its
-    shape arithmetic). The paged graph is the model run on an empty past: [1, kvN, 0, H]."""
+    shape arithmetic). The paged graph is the model run on an empty past: [1, kvN, 0, H]. True when
+    a read includes the past length."""
     static, replaced = [1, site.kv_num_heads, 0, site.head_dim], False
     for tensor in [t for t in graph.inputs if id(t) in past]:
         for consumer in list(tensor.outputs):
@@ -107,7 +109,7 @@ def _drop_past_reads(graph: gs.Graph, past: set[int], site: Site) -> bool:
             consumer.outputs[0].to_constant(np.asarray(static[slice(start, end)], dtype=np.int64))
             consumer.outputs.clear()
             consumer.inputs.clear()
-            replaced = True
+            replaced |= 2 in range(4)[slice(start, end)]  # the batch or head dims alone say nothing of positions
     return replaced
 
 

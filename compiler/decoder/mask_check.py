@@ -1,14 +1,18 @@
-"""Proving that each attention's mask is causal, or causal within a sliding window, before paging
-drops it.
+"""Proving that each attention's mask is causal, or causal within a sliding window, plus at most an
+ALiBi position bias, before paging drops it.
 
 The paged form keeps no mask: PagedAttention lets token q of a sequence see its keys 0..P+q, or with
 a window W the last W of them, P+q-W < k <= P+q (Mistral, Gemma 2 and 3, Qwen2: transformers'
-sliding_window). That is only the model's own attention when the graph's mask is exactly that for
-every past length P the plan can hold. ALiBi or any other bias would be lost silently, so the build
-runs the mask subgraph on a few (P, S) probes up to max_model_len, reads each layer's window off
-them (the same in every probe where it shows) and refuses what is neither."""
+sliding_window), and adds slope[h] * (k - (P+q)) to head h's scores when it has ALiBi slopes (Bloom,
+MPT). That is only the model's own attention when the graph's mask is exactly that for every past
+length P the plan can hold, up to a constant per query row (which softmax ignores). Any other bias
+would be lost silently, so the build runs the mask subgraph on a few (P, S) probes up to
+max_model_len, reads each layer's window and slopes off them (the same in every probe where they
+show) and refuses what is neither."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -32,8 +36,15 @@ def probes(max_model_len: int, max_batched_tokens: int) -> list[tuple[int, int]]
     return sorted({(0, prefill), (max(0, max_model_len - 5), min(5, max_model_len)), (max_model_len - 1, 1)})
 
 
-def check_causal_masks(graph: gs.Graph, sites: list[Site], max_model_len: int, max_batched_tokens: int) -> list[int]:
-    """Each site's sliding window in keys, 0 where none shows within max_model_len."""
+@dataclass
+class MaskForm:
+    window: int  # keys each query sees, 0 where no window shows within max_model_len
+    slopes: tuple[float, ...] | None  # ALiBi: one per query head, None without
+
+
+def check_causal_masks(graph: gs.Graph, sites: list[Site], max_model_len: int,
+                       max_batched_tokens: int) -> list[MaskForm]:
+    """Each site's sliding window and ALiBi slopes."""
     for site in sites:
         if site.bias is None:
             raise BadInput(f"not a recognized decoder: attention '{site.node.name}' has no mask, so its prefill "
@@ -47,17 +58,67 @@ def check_causal_masks(graph: gs.Graph, sites: list[Site], max_model_len: int, m
                         output_names=[t.name for t in sub.outputs])
     past = {t.name: s for s in sites for t in s.past}
     windows: dict[int, set[tuple[int, int]]] = {id(site): set() for site in sites}
+    slopes: dict[int, list[np.ndarray | None]] = {id(site): [] for site in sites}
     for num_past, num_new in probes(max_model_len, max_batched_tokens):
         feeds = {t.name: _feed(t, num_past, num_new, past.get(t.name)) for t in sub.inputs}
         outputs = executor.run(feeds)
         for site in sites:
-            window, reason = _window_of(np.asarray(outputs[site.bias.name]), num_past, num_new)
+            bias = np.asarray(outputs[site.bias.name])
+            site_slopes, bias = alibi_slopes(bias, num_past, num_new, site.num_heads)
+            window, reason = _window_of(bias, num_past, num_new)
             if reason:
                 raise BadInput(f"not a recognized decoder: attention '{site.node.name}': with {num_past} past and "
                                f"{num_new} new tokens its mask {reason}; paged attention is causal, within a "
-                               "sliding window or not (ALiBi or another bias?)")
+                               "sliding window or not, with an ALiBi bias or not (another bias?)")
             windows[id(site)].add((window, num_past + num_new))
-    return [_one_window(site, windows[id(site)]) for site in sites]
+            slopes[id(site)].append(site_slopes)
+    return [MaskForm(_one_window(site, windows[id(site)]), _one_slopes(site, slopes[id(site)])) for site in sites]
+
+
+SLOPE_RTOL = 1e-5  # float32 products of a slope and a position, fitted back
+
+
+def _one_slopes(site: Site, seen: list[np.ndarray | None]) -> tuple[float, ...] | None:
+    """The slopes every probe agrees on (the last probe's: its rows are the longest)."""
+    found = [s for s in seen if s is not None]
+    if not found:
+        return None
+    if len(found) != len(seen) or any(not np.allclose(s, found[-1], rtol=SLOPE_RTOL, atol=1e-7) for s in found):
+        raise BadInput(f"not a recognized decoder: attention '{site.node.name}': its ALiBi slopes change with the "
+                       "past length")
+    return tuple(float(np.float32(s)) for s in found[-1])
+
+
+def alibi_slopes(bias: np.ndarray, num_past: int, num_new: int, num_heads: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """(slopes, bias without them) when every visible entry of head h's query row at position p is
+    slopes[h] * (k - p) plus a constant of the row (ALiBi: Bloom adds slope * k, MPT slope * (k - T + 1)),
+    else (None, bias). Visible: above MASKED; slopes are fitted by least squares and every entry must
+    lie on the fit within float32 rounding of the largest entry."""
+    total = num_past + num_new
+    if bias.dtype == np.bool_ or bias.ndim != 4 or bias.shape[1] not in (1, num_heads):
+        return None, bias
+    try:
+        bias = np.broadcast_to(bias, bias.shape[:-2] + (num_new, total))
+    except ValueError:
+        return None, bias  # _window_of names the shape
+    seen = bias > MASKED
+    values = np.where(seen, bias, 0.0).astype(np.float64)
+    if not values.any():
+        return None, bias
+    weight = seen.astype(np.float64)
+    offset = np.arange(total)[None, :] - (num_past + np.arange(num_new))[:, None]  # k - p
+    count = np.maximum(weight.sum(-1, keepdims=True), 1)
+    k_mean, v_mean = (weight * offset).sum(-1, keepdims=True) / count, values.sum(-1, keepdims=True) / count
+    k_dev, v_dev = (offset - k_mean) * weight, (values - v_mean) * weight
+    spread = (k_dev * k_dev).sum((-1, -2))  # per (batch, head)
+    if (spread == 0).any():
+        return None, bias  # rows of one key each: no slope shows
+    slope = (k_dev * v_dev).sum((-1, -2)) / spread
+    residual = np.abs(v_dev - slope[..., None, None] * k_dev) * weight
+    if residual.max() > 1e-6 * (1.0 + np.abs(values).max()) or not np.allclose(slope, slope[:1], rtol=0, atol=0):
+        return None, bias  # not linear in the key position (or not the same in every batch row)
+    without = np.where(seen, 0.0, bias).astype(bias.dtype)  # a constant per row is softmax's to ignore
+    return (np.broadcast_to(slope[0], (num_heads,)).copy() if slope.any() else None), without
 
 
 def _one_window(site: Site, seen: set[tuple[int, int]]) -> int:

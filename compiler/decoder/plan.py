@@ -122,10 +122,12 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past)
     decoder = _spec(sites, profile, optimized.model, [t for t in graph.outputs if not _is_present(t, sites)])
     fold_position_reductions(graph, decoder["max_model_len"])
-    windows = check_causal_masks(graph, sites, decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
-    for site, window in zip(sites, windows):
-        site.window = window
+    forms = check_causal_masks(graph, sites, decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
+    for site, form in zip(sites, forms):
+        site.window, site.alibi_slopes = form.window, form.slopes
+    windows = [form.window for form in forms]
     decoder["sliding_windows"] = windows if any(windows) else None
+    decoder["position_bias"] = "alibi" if any(form.slopes for form in forms) else None
     decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"]))
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
     use_batch_invariant_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})

@@ -38,6 +38,7 @@ class Site:
     bias: gs.Tensor | None  # the additive (or boolean) mask; mask_check.py proves it causal
     softcap: float = 0.0  # scores -> softcap * tanh(scores / softcap) before the mask, when > 0
     window: int = 0  # a sliding window: each query sees its last `window` keys (mask_check.py finds it)
+    alibi_slopes: tuple[float, ...] | None = None  # per query head: + slope * (key - query position)
 
     @property
     def q_is_4d(self) -> bool:
@@ -147,7 +148,7 @@ def find_sites(graph: gs.Graph, fusion_rejections: dict[str, int]) -> list[Site]
         reasons = "; ".join(f"{r} (x{n})" for r, n in fusion_rejections.items()) or "no attention pattern found"
         scores = unfused_scores(graph)
         hint = (f"; {scores}, where infc pages MatMul -> scale -> [soft-cap] -> [mask] -> Softmax on 4-D (B, N, S, T) "
-                "scores (other terms, as an ALiBi position bias, are not supported)") if scores else ""
+                "scores (with an ALiBi position bias in the mask or not)") if scores else ""
         raise BadInput(f"not a recognized decoder: no attention node fused: {reasons}{hint}")
     sites = []
     for node in nodes:

@@ -20,7 +20,9 @@ with its past-KV loop; masks paged attention cannot express (ALiBi) fail the bui
                        past 64): built exactly up to max_model_len 64, refused past it
     mistral_window_ts     a sliding window of 24 keys, paged with it
     qwen2_dynamo_fp16     model.half() before export: served as its float32 counterpart
-and refusals that name their reason: ALiBi (bloom_ts).
+    bloom_ts        ALiBi (slope * key position) added to (B*N)-row scores by baddbmm, views back to 4-D
+    mpt_ts          ALiBi sliced from a max_seq_len table, then masked_fill; no position_ids input
+and refusals that name their reason.
 """
 
 import numpy as np
@@ -28,7 +30,7 @@ import onnx
 import pytest
 
 from infc.compiler.decoder.float32_export import as_float32
-from infc.compiler.decoder.mask_check import _window_of, probes
+from infc.compiler.decoder.mask_check import _window_of, alibi_slopes, probes
 from infc.compiler.errors import BadInput
 from infc.compiler.plan.format import read_plan
 from infc.compiler.runtime.model_runner import load_model_runner
@@ -42,10 +44,12 @@ HF_DECODERS = ("qwen2_optimum", "phi3_dynamo", "gpt2_ts", "gemma2_ts", "falcon_d
 NUM_REQUESTS, NUM_TOKENS = 4, 32
 
 
-def _profile(folder, max_model_len: int):
-    """llama_decode.yaml within `max_model_len` positions."""
-    path = folder / f"decode_{max_model_len}.yaml"
+def _profile(folder, max_model_len: int, position_ids: bool = True):
+    """llama_decode.yaml within `max_model_len` positions (without position_ids: for models that have
+    no such input, as ALiBi's)."""
+    path = folder / f"decode_{max_model_len}{'' if position_ids else '_no_positions'}.yaml"
     text = (PROFILES / "llama_decode.yaml").read_text()
+    text = text if position_ids else "\n".join(line for line in text.splitlines() if "position_ids" not in line)
     path.write_text(text.replace("max_model_len: 512", f"max_model_len: {max_model_len}")
                     .replace("max: 256", f"max: {max_model_len}")
                     .replace("max_num_batched_tokens: 256", f"max_num_batched_tokens: {max_model_len}"))
@@ -107,9 +111,24 @@ def test_a_float16_export_is_served_as_its_float32_counterpart(profile, tmp_path
     assert agree >= 0.9 * NUM_REQUESTS * NUM_TOKENS, f"{agree} greedy tokens agree with the float16 export"
 
 
-def test_alibi_fails_the_build_naming_it(profile, tmp_path):
-    with pytest.raises(BadInput, match=r"no attention node fused: .* -> Add -> Reshape -> Add -> Softmax .*ALiBi"):
-        build_plan(HF / "bloom_ts.onnx", profile, tmp_path)
+# transformers' ALiBi slopes for 4 heads: 2 ** (-8 / 4 * (h + 1))
+ALIBI_SLOPES_4_HEADS = [0.25, 0.0625, 0.015625, 0.00390625]
+
+
+@pytest.mark.parametrize("name", ["bloom_ts", "mpt_ts"])
+def test_alibi_is_paged_with_the_models_slopes(name, tmp_path):
+    """Bloom adds slope * key position on (B*N)-row scores (baddbmm), MPT slope * (key - T + 1) sliced
+    from its max_seq_len table, then masked_fill: both page as slope * (key - query position), chunked
+    prefills included, and match onnxruntime's past-KV loop."""
+    plan = build_plan(HF / f"{name}.onnx", _profile(tmp_path, 128, position_ids=False), tmp_path)
+    meta = read_plan(plan).meta
+    assert meta["decoder"]["position_bias"] == "alibi"
+    paged = [s["attrs"] for s in meta["program"] if s["op"] == "PagedAttention"]
+    assert len(paged) == 2 and all(np.allclose(a["alibi_slopes"], ALIBI_SLOPES_4_HEADS, rtol=1e-6) for a in paged)
+    runner = load_model_runner(plan)
+    requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1, max_len=90)
+    tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, chunk_sizes=[17, 40, 9, 64], budget=128)
+    assert_greedy_matches_ort(HF / f"{name}.onnx", requests, tokens, logits, NUM_TOKENS)
 
 
 def test_a_sliding_window_shorter_than_max_model_len_is_paged_with_it(profile, tmp_path):
@@ -139,8 +158,27 @@ def test_mask_check_reads_causal_masks_and_windows_and_refuses_the_rest():
     first_row_cut[..., 0, 0] = np.finfo(np.float32).min  # one row cut short, the next not: no window
     assert _window_of(first_row_cut, past, new) == (0, "hides or biases keys that causal attention sees")
     alibi = causal + np.where(allowed, -0.5 * np.arange(past + new), 0).astype(np.float32)
-    assert _window_of(alibi, past, new) == (0, "hides or biases keys that causal attention sees")
+    assert _window_of(alibi, past, new) == (0, "hides or biases keys that causal attention sees")  # without its slopes
     assert _window_of(np.zeros((1, 1, new, past + new), np.float32), past, new) == (0, "lets a query see keys after it")
     assert _window_of(causal[..., :-1], past, new)[1].startswith("has shape")
     assert probes(128, 32) == [(0, 32), (123, 5), (127, 1)]
     assert probes(2048, 2048) == [(0, 64), (2043, 5), (2047, 1)]
+
+
+def test_mask_check_reads_alibi_slopes_per_head_and_refuses_other_biases():
+    past, new, heads = 3, 4, 2
+    keys, rows = np.arange(past + new)[None, :], past + np.arange(new)[:, None]
+    causal = _mask(keys <= rows)
+    slopes = np.array([0.5, 0.125], np.float32)[None, :, None, None]
+    bloom = causal + (slopes * keys).astype(np.float32)  # slope * key: a constant per row away from (key - row)
+    found, rest = alibi_slopes(bloom, past, new, heads)
+    np.testing.assert_allclose(found, [0.5, 0.125], rtol=1e-6)
+    assert _window_of(rest, past, new) == (0, None)
+    found, _ = alibi_slopes(causal + 0.75 * (keys - rows).astype(np.float32), past, new, 4)  # one slope for all heads
+    np.testing.assert_allclose(found, [0.75] * 4)
+    assert alibi_slopes(causal, past, new, heads)[0] is None  # a plain causal mask
+    assert alibi_slopes(causal + np.float32(3.0), past, new, heads)[0] is None  # a constant: softmax ignores it
+    assert _window_of(alibi_slopes(causal + np.float32(3.0), past, new, heads)[1], past, new) == (0, None)
+    relative = causal + np.minimum(np.abs(keys - rows), 2).astype(np.float32)  # bucketed, T5-like: not linear
+    found, rest = alibi_slopes(relative, past, new, heads)
+    assert found is None and _window_of(rest, past, new)[1] == "hides or biases keys that causal attention sees"

@@ -3,6 +3,7 @@ step that mixes a prompt, chunks after cached context and decode rows:
 
     softcap  Gemma 2's attn_logit_softcapping: scaled scores s become c * tanh(s / c) before the mask
     window   a sliding window (Mistral, Gemma 2/3): the query at position p sees keys p - W < k <= p
+    alibi_slopes  ALiBi (Bloom, MPT): head h's score of key k from position p gains slope[h] * (k - p)
 
 The cap is small against the scores and the windows shorter than the contexts, so a kernel that
 ignored either would be far off. With a window the compiled loops start where the task's first row's
@@ -53,16 +54,21 @@ def _step(seqs, chunks, **options) -> list[np.ndarray]:
     return [y[0, starts[i]:starts[i + 1]] for i in range(len(chunks))]
 
 
-def _reference(s, cached: int, new: int, softcap: float = 0.0, window: int = 0) -> np.ndarray:
+def _reference(s, cached: int, new: int, softcap: float = 0.0, window: int = 0, alibi_slopes=None) -> np.ndarray:
     length, group = cached + new, HEADS // KV_HEADS
     q = s["q"][cached:length].reshape(new, HEADS, HEAD_DIM).astype(np.float64)
     k, v = (np.repeat(s[x][:, :length].astype(np.float64), group, axis=0) for x in ("k", "v"))
     scores = np.einsum("snh,nlh->nsl", q, k) * SCALE
     scores = softcap * np.tanh(scores / softcap) if softcap else scores
     keys, rows = np.arange(length)[None, :], np.arange(cached, length)[:, None]
+    if alibi_slopes is not None:
+        scores = scores + np.asarray(alibi_slopes)[:, None, None] * (keys - rows)[None]
     scores = np.where((keys <= rows) & ((keys > rows - window) if window else True), scores, -np.inf)
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     return np.einsum("nsl,nlh->snh", probs / probs.sum(-1, keepdims=True), v).reshape(new, -1)
+
+
+ALIBI = [0.5, 0.25, 0.125, 0.0625]  # transformers' slopes for 2 heads, twice: steep enough to matter
 
 
 def _paths():
@@ -78,8 +84,9 @@ def _run(compiled: bool, *args, **options):
 
 
 @pytest.mark.parametrize("compiled", _paths())
-@pytest.mark.parametrize("options", [{"softcap": 2.0}, {"window": 6}, {"window": 5, "softcap": 2.0}, {"window": 1}],
-                         ids=["softcap", "window", "both", "window_1"])
+@pytest.mark.parametrize("options", [{"softcap": 2.0}, {"window": 6}, {"window": 5, "softcap": 2.0}, {"window": 1},
+                                     {"alibi_slopes": ALIBI}, {"alibi_slopes": ALIBI, "window": 6}],
+                         ids=["softcap", "window", "both", "window_1", "alibi", "alibi_window"])
 def test_options_match_dense_reference(compiled, options):
     seqs = _sequences()
     got, plain = _run(compiled, seqs, STEP, **options), _run(compiled, seqs, STEP)
@@ -92,11 +99,12 @@ def test_options_match_dense_reference(compiled, options):
 
 # a window of 29 keeps sums long enough for the compiled kernel's vectorized loops, whose grouping
 # would follow a task-dependent start
-@pytest.mark.parametrize("window", [7, 29])
+@pytest.mark.parametrize("options", [{"window": 7}, {"window": 29}, {"alibi_slopes": ALIBI}],
+                         ids=["window_7", "window_29", "alibi"])
 @pytest.mark.parametrize("compiled", _paths())
-def test_windowed_rows_do_not_depend_on_the_chunk_cut(compiled, window):
+def test_rows_do_not_depend_on_the_chunk_cut(compiled, options):
     seqs = _sequences(1)
-    whole = _run(compiled, seqs, STEP, window=window)[0]  # the 40-position prompt in one chunk
+    whole = _run(compiled, seqs, STEP, **options)[0]  # the 40-position prompt in one chunk
     for cut in (5, 17, 33, 38):  # the same prompt's rows from `cut` on, after a cached prefix
-        tail = _run(compiled, seqs, [(cut, 40 - cut)] + STEP[1:], window=window)[0]
+        tail = _run(compiled, seqs, [(cut, 40 - cut)] + STEP[1:], **options)[0]
         assert np.array_equal(tail, whole[cut:]), f"cut at {cut}"

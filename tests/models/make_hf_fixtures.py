@@ -36,14 +36,17 @@ FIXTURES = {
     "gptj_ts": ("gptj", "ts"),
     "opt_ts": ("opt", "ts"),
     "granite_dynamo": ("granite", "dynamo"),
-    "bloom_ts": ("bloom", "ts"),  # ALiBi, refused
+    "bloom_ts": ("bloom", "ts"),  # ALiBi on (B*N)-row attention (baddbmm)
+    "mpt_ts": ("mpt", "ts"),  # ALiBi sliced from a max_seq_len table, masked_fill
     "phi3_longrope_dynamo": ("phi3_longrope", "dynamo"),  # built only for max_model_len <= 64
     "qwen2_dynamo_fp16": ("qwen2", "dynamo"),  # model.half() before export: served in float32
 }
 DTYPES = {"qwen2_dynamo_fp16": "float16"}
-LAYERS = {"mistral_window_ts": 1, "bloom_ts": 1}
+LAYERS = {"mistral_window_ts": 1}
+# MPT names its fields its own way (d_model, n_heads, n_layers, max_seq_len)
+OVERRIDES_MPT = {"d_model": 32, "n_layers": 2, "max_seq_len": 128}
 # head size 16 at hidden 32, as the script's longrope factors (6 per rotary half) are sized for
-OVERRIDES = {"phi3_longrope_dynamo": {"num_attention_heads": 2, "num_key_value_heads": 1}}
+OVERRIDES = {"phi3_longrope_dynamo": {"num_attention_heads": 2, "num_key_value_heads": 1}, "mpt_ts": OVERRIDES_MPT}
 TINY = {"vocab_size": 128, "hidden_size": 32, "n_embd": 32, "intermediate_size": 64, "n_inner": 64,
         "tie_word_embeddings": True, "max_position_embeddings": 128, "n_positions": 128}
 

@@ -13,9 +13,10 @@
   The scale: the product of the graph's factors (torch's SDPA export scales q and kt by √scale each).
   The NaN guard zeroes rows masked entirely by -inf: ORT's Attention gives zeros there by itself,
   MultiHeadAttention gives NaN, so its output gets the same guard.
-  MultiHeadAttention has no softcap: below opset 23 a soft-capped attention stays unfused, but for
-  PAGED_RULES, which a decoder build runs (decoder/pipeline.py): they write the ONNX Attention at any
-  opset, since that node is replaced by infc.PagedAttention before anything runs it.
+  MultiHeadAttention has no softcap: below opset 23 a soft-capped attention stays unfused (as one whose
+  context Reshape is not provably (B, N, S, H)), but for PAGED_RULES, which a decoder build runs
+  (decoder/pipeline.py): they write the ONNX Attention at any opset, since that node is replaced by
+  infc.PagedAttention before anything runs it.
 """
 
 from __future__ import annotations
@@ -160,8 +161,11 @@ RULES = tuple(
     for scaled in ("scores", "split", "none") for mask in ("where_add", "add", "where", "none")
     for is_guarded in (False, True) for is_capped in (False, True) if not (is_capped and scaled == "split"))
 
-# Soft-capped attention as the ONNX Attention op at any opset: for decoder builds only, which page it.
+# Attention as the ONNX Attention op at any opset, for decoder builds only, which page it: soft-capped
+# attention, and attention whose context Reshape MultiHeadAttention would need proven (the graph's
+# own Reshape stays after the Attention node, as for opset 23).
 PAGED_RULES = tuple(
-    Rule("attention_paged", _pattern("paged", scaled, mask, is_guarded, is_capped=True), partial(_rewrite, "paged"),
+    Rule("attention_paged", _pattern("paged", scaled, mask, is_guarded, is_capped=is_capped), partial(_rewrite, "paged"),
          partial(_check, "paged"))
-    for scaled in ("scores", "none") for mask in ("where_add", "add", "where", "none") for is_guarded in (False, True))
+    for scaled in ("scores", "split", "none") for mask in ("where_add", "add", "where", "none")
+    for is_guarded in (False, True) for is_capped in (False, True) if not (is_capped and scaled == "split"))

@@ -2,7 +2,7 @@
 are provably a runtime dim of some tensor, whichever way the exporter computed them:
 
     Unsqueeze(Gather(Shape(t), i))          TorchScript
-    Unsqueeze(Squeeze(Shape(t, i, i + 1)))  dynamo's sym_size
+    Unsqueeze(Squeeze(Shape(t, i, i + 1)))  dynamo's sym_size (or Reshape(.., [-1]) for the Unsqueeze)
     Shape(t, start, end), Slice(Shape(t), a, b)    several dims at once (dynamo)
 """
 
@@ -58,6 +58,12 @@ def scalar_dim(s: gs.Tensor) -> DimOf | None:
     return None
 
 
+def _is_to_one_element(node: gs.Node) -> bool:
+    """Reshape(scalar, [-1] or [1]): dynamo's way to Unsqueeze a dim before a Concat."""
+    target = const_value(node.inputs[1]) if node.op == "Reshape" else None
+    return target is not None and target.size == 1 and int(target.reshape(-1)[0]) in (-1, 1)
+
+
 def shape_elements(t: gs.Tensor) -> list:
     """A 1-D shape tensor as ints (constants), DimOf (provably a dim) and other scalar tensors;
     [] when that is not known."""
@@ -70,7 +76,8 @@ def shape_elements(t: gs.Tensor) -> list:
         inner = producer(part)
         if const_value(part) is not None:
             out += [int(v) for v in np.ravel(const_value(part))]
-        elif inner is not None and inner.op == "Unsqueeze" and shape_of(inner.inputs[0], 0) is not None:
+        elif inner is not None and (inner.op == "Unsqueeze" or _is_to_one_element(inner)) \
+                and shape_of(inner.inputs[0], 0) is not None:
             out.append(scalar_dim(inner.inputs[0]) or inner.inputs[0])
         elif inner is not None and inner.op in ("Shape", "Slice"):
             dims = _shape_dims(inner) if inner.op == "Shape" else _slice_of_shape(inner)

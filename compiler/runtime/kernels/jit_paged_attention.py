@@ -12,7 +12,8 @@ the pool. The task cut and the split across cores (parallel_for over runs of tas
 arithmetic.
 
 A soft-cap (softcap > 0, Gemma 2) maps each scaled score s to softcap * tanh(s / softcap) in float32
-right where it is computed, before the peak is taken. A sliding window (window > 0) starts a task's
+right where it is computed, before the peak is taken; ALiBi slopes (one per query head) then add
+slope * (k - p) in float32, k the key's position and p the query's. A sliding window (window > 0) starts a task's
 loops at the run holding its first row's first key: scores before a vector's own window become
 -inf (weight exactly 0), so the extra leading terms of a row, which depend on the task cut, add
 exact zeros and change nothing.
@@ -59,9 +60,10 @@ _EXP_LOW = -87.0  # below, exp(x) leaves float32's normal range: 0 (at most 2e-3
 
 
 @jit
-def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, group, out):
+def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, slopes, group, out):
     """out [T, N * H] rows of the tasks from q [T, N * H] (float32); k_pool, v_pool [blocks, kvN,
-    block_size, H] float32; tables [seqs, max_blocks] int64; tasks [n, 5] int64 rows (sequence, KV
+    block_size, H] float32; tables [seqs, max_blocks] int64; slopes [N] float32 (ALiBi) or [0];
+    tasks [n, 5] int64 rows (sequence, KV
     head, first query row, number of rows, causal length of the first row: row i sees positions
     < length + i). False (some rows unwritten) when a table names a block outside the pool.
 
@@ -83,6 +85,8 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, grou
     acc = np.empty((widest, head_dim), f32)
     sums = np.empty(widest)  # softmax denominators in float64: one sum per vector, cheap
     peaks = np.empty(widest, f32)  # each vector's highest score so far (NaN aside, see below)
+    has_alibi = slopes.shape[0] > 0
+    vector_slopes = np.zeros(widest, f32)  # each vector's ALiBi slope (its query head's)
     scores = np.empty((widest, longest + STRIDE), f32)
     bits = np.empty(longest, np.int32)  # 2^n of exp's range reduction, built from its bits
     powers = bits.view(f32)
@@ -113,6 +117,8 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, grou
                 q32[m, d] = q[row, column + d]
                 acc[m, d] = zero
             peaks[m] = -np.inf
+            if has_alibi:
+                vector_slopes[m] = slopes[kv_head * group + m % group]
         # scores: vectors from `whole` on see the run [j, j + STRIDE), those from `some` its start
         for j in range(start, last, STRIDE):
             k0, k1, k2, k3 = keys[where[j]], keys[where[j + 1]], keys[where[j + 2]], keys[where[j + 3]]
@@ -130,6 +136,10 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, grou
                 if is_capped:
                     s0, s1 = cap32 * np.tanh(s0 / cap32), cap32 * np.tanh(s1 / cap32)
                     s2, s3 = cap32 * np.tanh(s2 / cap32), cap32 * np.tanh(s3 / cap32)
+                if has_alibi:  # key j's distance back from the query's own position
+                    slope, back = vector_slopes[m], j - (length0 + m // group - 1)
+                    s0, s1 = s0 + slope * f32(back), s1 + slope * f32(back + 1)
+                    s2, s3 = s2 + slope * f32(back + 2), s3 + slope * f32(back + 3)
                 first_seen = length0 + m // group - window  # the vector's first key, with a window
                 if window > 0 and j < first_seen:
                     s0 = hidden if j < first_seen else s0
@@ -151,6 +161,8 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, grou
                     s0 *= scale32
                     if is_capped:
                         s0 = cap32 * np.tanh(s0 / cap32)
+                    if has_alibi:
+                        s0 += vector_slopes[m] * f32(j + i - (length0 + m // group - 1))
                     if window > 0 and j + i < length0 + m // group - window:
                         s0 = hidden
                     scores[m, j + i] = s0
@@ -213,12 +225,12 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, grou
 
 
 @jit(calls=(_attend_tasks,))
-def _attend_parts(q, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, group, out, ok):
+def _attend_parts(q, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, slopes, group, out, ok):
     """_attend_tasks on each run of tasks [bounds[p], bounds[p + 1]) (the parallel build: runs spread
     over numba's threads); ok[p] False where the run's tables name a block outside the pool."""
     for p in prange(bounds.shape[0] - 1):
         ok[p] = _attend_tasks(q, k_pool, v_pool, tables, tasks[bounds[p]:bounds[p + 1]], scale, softcap, window,
-                              group, out)
+                              slopes, group, out)
 
 
 @jit
@@ -258,7 +270,7 @@ def _plan_tasks(starts, context_lens, num_q_rows, table_width, block_size, kv_he
 
 
 def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scale: float,
-           softcap: float = 0.0, window: int = 0) -> np.ndarray | None:
+           softcap: float = 0.0, window: int = 0, slopes: np.ndarray | None = None) -> np.ndarray | None:
     """[T, N * H] float32 attention of q [..., T, N * H] over the pools (the new tokens' K/V already
     written), or None where the NumPy path must run."""
     kernel, plan = _attend_tasks.get(), _plan_tasks.get()
@@ -270,7 +282,8 @@ def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scal
     kv_heads, block_size, head_dim = k_pool.shape[1:]
     if num_heads % kv_heads or q.shape[-1] != num_heads * head_dim or tables.ndim != 2 or starts.ndim != 1:
         return None
-    if tables.shape[0] != context_lens.size:
+    slopes = np.zeros(0, f32) if slopes is None else np.ascontiguousarray(slopes, f32)
+    if tables.shape[0] != context_lens.size or slopes.size not in (0, num_heads):
         return None
     group = num_heads // kv_heads
     q2 = np.ascontiguousarray(q.reshape(-1, q.shape[-1]))
@@ -284,19 +297,19 @@ def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scal
     read *= kv_heads * head_dim * 2 * k_pool.itemsize
     spread = _attend_parts.get_parallel() if len(tasks) >= 2 and read >= SPREAD_MIN_BYTES else None
     if spread is None and (read < PARALLEL_MIN_BYTES or len(tasks) < 2):  # not worth a hand-off to the helper
-        return out if kernel(q2, k_pool, v_pool, tables, tasks, scale, softcap, window, group, out) else None
+        return out if kernel(q2, k_pool, v_pool, tables, tasks, scale, softcap, window, slopes, group, out) else None
     # runs of consecutive tasks of about equal cost: a prefill block costs far more than a decode row
     bounds = np.unique(np.searchsorted(cost, cost[-1] * np.arange(_PARTS + 1) / _PARTS, side="right"))
     bounds[0] = 0
     if spread is not None:  # numba's threads: no GIL round trip (runtime/jit.py)
         ok = np.zeros(len(bounds) - 1, np.bool_)
-        spread(q2, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, group, out, ok)
+        spread(q2, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, slopes, group, out, ok)
         return out if ok.all() else None
     failed = []
 
     def run(part: int) -> None:
-        if not kernel(q2, k_pool, v_pool, tables, tasks[bounds[part]:bounds[part + 1]], scale, softcap, window, group,
-                      out):
+        if not kernel(q2, k_pool, v_pool, tables, tasks[bounds[part]:bounds[part + 1]], scale, softcap, window, slopes,
+                      group, out):
             failed.append(part)
 
     parallel_for(len(bounds) - 1, run, read)

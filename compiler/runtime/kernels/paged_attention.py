@@ -6,8 +6,10 @@ pools belong to the model runner), slot_mapping [T], block_tables [num_seqs, max
 query_start_loc [num_seqs + 1], context_lens [num_seqs] (tokens in the cache after this step).
 Each sequence's query rows attend causally to its cached context and its own new tokens. Attributes:
 num_heads, kv_num_heads, scale, layer, softcap (> 0: scores become softcap * tanh(scores / softcap)
-after scaling, as Gemma 2's attention and the ONNX Attention op's softcap) and window (> 0: a sliding
-window, the query at position p sees keys p - window < k <= p, as transformers' sliding_window). Work is
+after scaling, as Gemma 2's attention and the ONNX Attention op's softcap), window (> 0: a sliding
+window, the query at position p sees keys p - window < k <= p, as transformers' sliding_window) and
+alibi_slopes (one per query head: head h's score of key k from the query at position p gains
+slope[h] * (k - p), after the soft-cap; Bloom, MPT). Work is
 per sequence and in float64, so a row's result does not depend on what else is in the batch.
 Float32 plans take a compiled path that reads the pools in place (jit_paged_attention.py); the
 NumPy path below gathers the blocks and serves the rest and `jit.disabled()`.
@@ -34,13 +36,16 @@ def _gather_kv(pool: np.ndarray, table: np.ndarray, length: int) -> np.ndarray:
     return moved.reshape(*lead, kv_heads, nb * block_size, head_dim)[..., :length, :]
 
 
-def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray, scale: float, softcap: float) -> np.ndarray:
-    """q [..., kvN, G*S, H] float64, k/v [..., kvN, L, H], allowed broadcastable to the scores."""
+def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray, scale: float, softcap: float,
+            bias: np.ndarray | None = None) -> np.ndarray:
+    """q [..., kvN, G*S, H] float64, k/v [..., kvN, L, H], allowed and bias broadcastable to the scores."""
     # k gathered from the pool is non-contiguous; transposed as is, matmul misses BLAS (50x slower)
     scores = np.matmul(q, np.ascontiguousarray(np.swapaxes(k, -1, -2)))
     scores *= scale
     if softcap > 0:
         scores = softcap * np.tanh(scores / softcap)
+    if bias is not None:
+        scores += bias
     scores = np.where(allowed, scores, -np.inf)
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
@@ -52,20 +57,24 @@ def paged_attention(inputs, attrs, ctx):
     q, k_new, v_new, k_pool, v_pool, slots, tables, starts, context_lens = inputs
     heads, kv_heads, scale = attrs["num_heads"], attrs["kv_num_heads"], attrs["scale"]
     softcap, window = float(attrs.get("softcap", 0.0)), int(attrs.get("window", 0))
+    slopes = np.asarray(attrs.get("alibi_slopes", ()), np.float32)
     _write_kv(k_pool, k_new, slots)
     _write_kv(v_pool, v_new, slots)
     # float32 plans: one compiled pass over the pools (jit_paged_attention.py) when numba is there
-    out = attend(q, k_pool, v_pool, tables, starts, context_lens, heads, scale, softcap, window) \
+    out = attend(q, k_pool, v_pool, tables, starts, context_lens, heads, scale, softcap, window, slopes) \
         if k_pool.shape[1] == kv_heads else None
     if out is None:
-        out = _attend_numpy(q, k_pool, v_pool, tables, starts, context_lens, heads, kv_heads, scale, softcap, window)
+        out = _attend_numpy(q, k_pool, v_pool, tables, starts, context_lens, heads, kv_heads, scale, softcap, window,
+                            slopes)
     return [out.reshape(q.shape)]
 
 
 def _attend_numpy(q, k_pool, v_pool, tables, starts, context_lens, heads: int, kv_heads: int, scale: float,
-                  softcap: float = 0.0, window: int = 0) -> np.ndarray:
+                  softcap: float = 0.0, window: int = 0, slopes: np.ndarray | None = None) -> np.ndarray:
     """[T, N * H] float32: each sequence's rows over its gathered float64 context."""
     head_dim, group = k_pool.shape[-1], heads // kv_heads
+    # ALiBi slopes by (KV head, query head of its group), in float32 as the compiled path adds them
+    head_slopes = np.asarray(slopes, np.float32).reshape(kv_heads, group) if slopes is not None and len(slopes) else None
     q_TNH = q.reshape(-1, heads, head_dim).astype(np.float64)
     out = np.empty((q_TNH.shape[0], heads * head_dim), np.float32)
     num_new = np.diff(starts)
@@ -82,7 +91,9 @@ def _attend_numpy(q, k_pool, v_pool, tables, starts, context_lens, heads: int, k
         # slots past a row's context hold other sequences' values (maybe inf): a zero weight times
         # inf would still poison the row, so they are zeroed, not only masked
         v = np.where(allowed.reshape(len(rows), 1, length, 1), v, 0.0)
-        y = _attend(q_d, k, v, allowed, scale, softcap)
+        bias = None if head_slopes is None else \
+            head_slopes[None, :, :, None] * (keys - (ends - 1)).astype(np.float32)[:, None, None, :]
+        y = _attend(q_d, k, v, allowed, scale, softcap, bias)
         out[rows] = y.reshape(len(rows), heads * head_dim)
     for seq in np.flatnonzero(num_new > 1):
         begin, count, length = int(starts[seq]), int(num_new[seq]), int(context_lens[seq])
@@ -92,7 +103,10 @@ def _attend_numpy(q, k_pool, v_pool, tables, starts, context_lens, heads: int, k
         positions = np.arange(length - count, length)
         keys = np.arange(length)[None, :]
         allowed = (keys <= positions[:, None]) & ((keys > positions[:, None] - window) if window else True)  # [S, L]
-        y = _attend(q_s.reshape(kv_heads, group * count, head_dim), k, v, np.tile(allowed, (group, 1)), scale, softcap)
+        bias = None if head_slopes is None else (head_slopes[:, :, None, None] * (
+            keys - positions[:, None]).astype(np.float32)[None, None]).reshape(kv_heads, group * count, length)
+        y = _attend(q_s.reshape(kv_heads, group * count, head_dim), k, v, np.tile(allowed, (group, 1)), scale, softcap,
+                    bias)
         out[begin:begin + count] = y.reshape(kv_heads, group, count, head_dim).transpose(2, 0, 1, 3).reshape(count, -1)
     return out
 
