@@ -4,7 +4,7 @@
     pip install torch transformers onnxscript          # optional deps: this script only
     python scripts/export_hf_decoders.py [--models qwen2,llama] [--exporters ts,dynamo,optimum] [--out DIR]
 
-Each architecture (CONFIGS: 34 of them, Llama to Gemma 2, Falcon, OPT, GPT-J, the ALiBi of Bloom and MPT) is its transformers class built from a small config (2 layers, hidden 64, vocab 256; no
+Each architecture (CONFIGS: 36 of them, Llama to Gemma 2, Falcon, OPT, GPT-J, the ALiBi of Bloom and MPT) is its transformers class built from a small config (2 layers, hidden 64, vocab 256; no
 download), with seeded random weights, exported by:
 
   ts       torch.onnx.export (TorchScript exporter, opset 17) of a wrapper taking the past key/values
@@ -16,7 +16,7 @@ download), with seeded random weights, exported by:
 
 With --attn eager the models use transformers' eager attention instead of SDPA (folder suffix _eager);
 classes without SDPA (Gemma 2: its soft-cap) always export eager. Written for transformers 5
-(`rope_parameters`); some combinations do not export (cohere ts, mpt dynamo, falcon dynamo23).
+(`rope_parameters`; the MoE configs need transformers 4.x); some combinations do not export (cohere ts, mpt dynamo, falcon dynamo23).
 Writes DIR/{arch}_{exporter}/model.onnx (default DIR build/hf_decoders/, git-ignored) and checks each
 export in onnxruntime against transformers on a prompt and one decode step with its past.
 """
@@ -111,6 +111,11 @@ CONFIGS = {
     "smollm3": ("smollm3", {"no_rope_layer_interval": 2}, ()),  # every other layer without rotary (NoPE)
     "nemotron": ("nemotron", {"head_dim": 16, "partial_rotary_factor": 0.5}, ()),  # relu^2, LayerNorm1P
     "persimmon": ("persimmon", {"partial_rotary_factor": 0.5, "qk_layernorm": True}, NO_GQA),
+    # mixture of experts (top-2 of 4); transformers 5's experts do not export (histc, grouped MMs): run
+    # these from transformers 4.x, whose Mixtral also slices its rotary tables to past + new tokens
+    "mixtral": ("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": False}, ()),
+    "qwen2_moe": ("qwen2_moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                                "shared_expert_intermediate_size": 64, "tie_word_embeddings": False}, ()),
 }
 CHECK_TOL = 1e-4
 CHECK_TOL_HALF = 2e-2  # a float16 export against the float16 model: half-precision roundings apart
@@ -136,7 +141,8 @@ def kv_shape(model) -> tuple[int, int, int]:
     differently (num_key_value_heads, num_kv_heads + multi_query, n_head, head_dim or not)."""
     with torch.no_grad():
         cache = model(torch.tensor([[1]]), use_cache=True).past_key_values
-    keys = [layer.keys for layer in cache.layers] if hasattr(cache, "layers") else list(cache.key_cache)
+    keys = [layer.keys for layer in cache.layers] if hasattr(cache, "layers") else \
+        [layer[0] for layer in cache] if isinstance(cache, tuple) else list(cache.key_cache)  # transformers 4: tuples
     return len(keys), keys[0].shape[1], keys[0].shape[3]
 
 

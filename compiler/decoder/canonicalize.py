@@ -15,6 +15,7 @@ import onnx_graphsurgeon as gs
 
 from ..errors import BadInput
 from ..graph import NameGen
+from .past_length import LengthRead, check_past_length
 from .sites import Site
 
 DOMAIN = "infc"
@@ -30,8 +31,10 @@ def pool_name(layer: int, which: str) -> str:
     return f"infc.kv.{layer}.{which}"
 
 
-def canonicalize(graph: gs.Graph, sites: list[Site], block_size: int, logits_name: str) -> dict:
-    """Rewrites `graph` in place; returns what the plan records about it (input roles, logits)."""
+def canonicalize(graph: gs.Graph, sites: list[Site], block_size: int, logits_name: str,
+                 probes: list[tuple[int, int]]) -> dict:
+    """Rewrites `graph` in place; returns what the plan records about it (input roles, logits).
+    `probes`: (past, new tokens) pairs on which reads of the past length are checked."""
     names = NameGen(graph)
     meta_inputs = [gs.Variable(SLOT_MAPPING, np.int64, ["num_tokens"]),
                    gs.Variable(BLOCK_TABLES, np.int32, ["num_seqs", "max_blocks"]),
@@ -47,10 +50,12 @@ def canonicalize(graph: gs.Graph, sites: list[Site], block_size: int, logits_nam
         _replace(graph, site, layer, layer_pools + meta_inputs, names)
     graph.outputs = [t for t in graph.outputs if id(t) not in present]
     graph.cleanup(remove_unused_graph_inputs=False)
-    reads_past_shape = _drop_past_reads(graph, past, sites[0])
+    past_lengths = _drop_past_reads(graph, past, sites[0])
     graph.inputs = [t for t in graph.inputs if id(t) not in past] + meta_inputs + pools
     gathers_logits = _gather_logits(graph, logits_name, names)
     graph.cleanup(remove_unused_graph_inputs=True).toposort()
+    check_past_length(graph, past_lengths, probes)  # replaced by 0: must not matter where still read
+    reads_past_shape = bool(past_lengths)
     inputs = [t.name for t in graph.inputs]
     unknown = [name for name in inputs if name not in TOKEN_INPUTS and not name.startswith("infc.")]
     # Positions derived from the mask or the past length would be wrong on a flat batch of sequences.
@@ -95,22 +100,25 @@ def _const(names: NameGen, values) -> gs.Constant:
     return gs.Constant(names("shape"), np.asarray(values, dtype=np.int64))
 
 
-def _drop_past_reads(graph: gs.Graph, past: set[int], site: Site) -> bool:
+def _drop_past_reads(graph: gs.Graph, past: set[int], site: Site) -> list[LengthRead]:
     """Exporters read shapes off the past inputs (dynamo: the batch size, and the past length in its
-    shape arithmetic). The paged graph is the model run on an empty past: [1, kvN, 0, H]. True when
-    a read includes the past length."""
-    static, replaced = [1, site.kv_num_heads, 0, site.head_dim], False
+    shape arithmetic). The paged graph is the model run on an empty past: [1, kvN, 0, H]. Returns
+    the reads that include the past length (now constants)."""
+    static, lengths = [1, site.kv_num_heads, 0, site.head_dim], []
     for tensor in [t for t in graph.inputs if id(t) in past]:
         for consumer in list(tensor.outputs):
             if consumer.op != "Shape":
                 raise BadInput(f"not a recognized decoder: '{consumer.name}' ({consumer.op}) reads the past KV "
                                f"input '{tensor.name}' outside attention")
             start, end = consumer.attrs.get("start", 0), consumer.attrs.get("end", 4)
-            consumer.outputs[0].to_constant(np.asarray(static[slice(start, end)], dtype=np.int64))
+            value = consumer.outputs[0]
+            value.to_constant(np.asarray(static[slice(start, end)], dtype=np.int64))
             consumer.outputs.clear()
             consumer.inputs.clear()
-            replaced |= 2 in range(4)[slice(start, end)]  # the batch or head dims alone say nothing of positions
-    return replaced
+            axes = list(range(4))[slice(start, end)]
+            if 2 in axes:  # the batch or head dims alone say nothing of positions
+                lengths.append(LengthRead(value, axes.index(2)))
+    return lengths
 
 
 def _gather_logits(graph: gs.Graph, logits_name: str, names: NameGen) -> bool:

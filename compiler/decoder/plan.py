@@ -39,7 +39,8 @@ from .float32_export import as_float32, half_kind
 from .genai_export import is_genai_export
 from .genai_export import unpack as unpack_genai
 from .model_folder import chat_template, eos_token_ids, tokenizer_json
-from .mask_check import check_causal_masks
+from .mask_check import check_causal_masks, probes
+from .position_tables import read_tables_whole
 from .pipeline import DECODER_PIPELINE
 from .position_reductions import fold_position_reductions
 from .sites import NOT_RECOGNIZED, find_sites
@@ -122,13 +123,15 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past)
     decoder = _spec(sites, profile, optimized.model, [t for t in graph.outputs if not _is_present(t, sites)])
     fold_position_reductions(graph, decoder["max_model_len"])
+    read_tables_whole(graph)
     forms = check_causal_masks(graph, sites, decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
     for site, form in zip(sites, forms):
         site.window, site.alibi_slopes = form.window, form.slopes
     windows = [form.window for form in forms]
     decoder["sliding_windows"] = windows if any(windows) else None
     decoder["position_bias"] = "alibi" if any(form.slopes for form in forms) else None
-    decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"]))
+    decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"],
+                                probes(decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))))
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
     use_batch_invariant_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
     del graph, optimized  # the program holds the weights now: the optimized model's copy can go

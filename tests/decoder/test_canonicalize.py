@@ -9,6 +9,7 @@ import pytest
 
 from infc.compiler.build import BuildOptions, build
 from infc.compiler.decoder.canonicalize import canonicalize
+from infc.compiler.decoder.mask_check import probes
 from infc.compiler.decoder.plan import _attention_rejections
 from infc.compiler.decoder.sites import find_sites
 from infc.compiler.errors import BadInput
@@ -27,7 +28,7 @@ def paged(model: onnx.ModelProto):
     optimized = optimize_model(model)
     graph = import_graph(optimized.model)
     sites = find_sites(graph, _attention_rejections(optimized))
-    return graph, sites, canonicalize(graph, sites, 16, "logits")
+    return graph, sites, canonicalize(graph, sites, 16, "logits", probes(128, 64))
 
 
 @pytest.mark.parametrize("name", DECODERS)

@@ -22,6 +22,8 @@ with its past-KV loop; masks paged attention cannot express (ALiBi) fail the bui
     qwen2_dynamo_fp16     model.half() before export: served as its float32 counterpart
     bloom_ts        ALiBi (slope * key position) added to (B*N)-row scores by baddbmm, views back to 4-D
     mpt_ts          ALiBi sliced from a max_seq_len table, then masked_fill; no position_ids input
+    mixtral_ts      mixture of experts (top-2 of 4, transformers 4.46); rotary tables sliced to the
+                       past + new length, then read at position_ids
 and refusals that name their reason.
 """
 
@@ -40,7 +42,7 @@ from .conftest import PROFILES, assert_greedy_matches_ort, build_plan, ort_greed
 
 HF = FIXTURES / "hf"
 HF_DECODERS = ("qwen2_optimum", "phi3_dynamo", "gpt2_ts", "gemma2_ts", "falcon_dynamo", "qwen3_dynamo", "gpt_neox_ts",
-               "gptj_ts", "opt_ts", "granite_dynamo")
+               "gptj_ts", "opt_ts", "granite_dynamo", "mixtral_ts")
 NUM_REQUESTS, NUM_TOKENS = 4, 32
 
 
@@ -182,3 +184,20 @@ def test_mask_check_reads_alibi_slopes_per_head_and_refuses_other_biases():
     relative = causal + np.minimum(np.abs(keys - rows), 2).astype(np.float32)  # bucketed, T5-like: not linear
     found, rest = alibi_slopes(relative, past, new, heads)
     assert found is None and _window_of(rest, past, new)[1] == "hides or biases keys that causal attention sees"
+
+
+def test_a_graph_computing_with_the_past_length_is_refused(tmp_path):
+    """The paged graph runs as on an empty past: a value made from the past length (here added to the
+    logits, as length-scaled rope would use it) would silently be that of past 0."""
+    model = onnx.load(FIXTURES / "llama_ts.onnx")
+    for node in model.graph.node:
+        node.output[:] = ["raw_logits" if o == "logits" else o for o in node.output]
+    model.graph.node.extend([
+        onnx.helper.make_node("Shape", ["past_key_values.0.key"], ["past_len"], start=2, end=3),
+        onnx.helper.make_node("Cast", ["past_len"], ["past_len_f"], to=onnx.TensorProto.FLOAT),
+        onnx.helper.make_node("Mul", ["past_len_f", "tiny"], ["shift"]),
+        onnx.helper.make_node("Add", ["raw_logits", "shift"], ["logits"])])
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array([1e-3], np.float32), "tiny"))
+    onnx.save(model, tmp_path / "llama_past_length.onnx")
+    with pytest.raises(BadInput, match=r"'.*' \(Cast\) computes with the past KV length \(with \d+ past"):
+        build_plan(tmp_path / "llama_past_length.onnx", PROFILES / "llama_decode.yaml", tmp_path)
