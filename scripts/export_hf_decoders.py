@@ -13,6 +13,8 @@ download), with seeded random weights, exported by:
   dynamo23 the same at opset 23, where SDPA exports as the ONNX Attention op
   optimum  optimum.exporters.onnx.main_export(task="text-generation-with-past"); optimum-onnx pins
            transformers < 4.58, so run this one from an environment that has it
+  ts_nocache  the TorchScript exporter on the model without a KV cache (input_ids, attention_mask,
+           position_ids -> logits of every position)
 
 With --attn eager the models use transformers' eager attention instead of SDPA (folder suffix _eager);
 classes without SDPA (Gemma 2: its soft-cap) always export eager. Written for transformers 5
@@ -195,6 +197,28 @@ def export_torch(model, path: Path, dynamo: bool, opset: int | None = None) -> N
         program.save(str(path), external_data=False)
 
 
+class NoCache(nn.Module):
+    """The Hugging Face model without a KV cache: logits of the whole sequence, as a plain export."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, position_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          use_cache=False).logits
+
+
+def export_no_cache(model, path: Path) -> None:
+    """TorchScript exporter (opset 17) of the model without past inputs or present outputs."""
+    args = (torch.tensor([[5, 6, 7]]), torch.ones(1, 3, dtype=torch.int64), torch.tensor([[0, 1, 2]]))
+    names = ["input_ids", "attention_mask", "position_ids"]
+    axes = {n: {0: "batch_size", 1: "sequence_length"} for n in [*names, "logits"]}
+    with torch.no_grad():
+        torch.onnx.export(NoCache(model).eval(), args, str(path), dynamo=False, opset_version=17, dynamic_axes=axes,
+                          do_constant_folding=True, input_names=names, output_names=["logits"])
+
+
 def export_optimum(model, path: Path) -> None:
     # imported here: optional, and optimum-onnx needs transformers < 4.58
     from optimum.exporters.onnx import main_export
@@ -220,6 +244,10 @@ def check(model, path: Path) -> float:
     feeds = {n: np.zeros((1, kv_heads, 0, head_dim), np.float16 if half else np.float32) for n in past}
     feeds.update(input_ids=ids[:, :7].numpy(), attention_mask=np.ones((1, 7), np.int64), position_ids=np.arange(7)[None])
     outputs = [o.name for o in session.get_outputs()]
+    if "past_key_values.0.key" not in names:  # no KV cache: the whole sequence at once
+        feeds.update(input_ids=ids.numpy(), attention_mask=np.ones((1, 8), np.int64), position_ids=np.arange(8)[None])
+        got = session.run(["logits"], {k: v for k, v in feeds.items() if k in names})[0]
+        return float(np.abs(got.astype(np.float32) - want).max())
     out = dict(zip(outputs, session.run(None, {k: v for k, v in feeds.items() if k in names})))
     feeds.update({n: out[p] for n, p in zip(past, present)})
     feeds.update(input_ids=ids[:, 7:].numpy(), attention_mask=np.ones((1, 8), np.int64), position_ids=np.array([[7]]))
@@ -229,7 +257,8 @@ def check(model, path: Path) -> float:
 
 
 EXPORTERS = {"ts": lambda m, p: export_torch(m, p, dynamo=False), "dynamo": lambda m, p: export_torch(m, p, dynamo=True),
-             "dynamo23": lambda m, p: export_torch(m, p, dynamo=True, opset=23), "optimum": export_optimum}
+             "dynamo23": lambda m, p: export_torch(m, p, dynamo=True, opset=23), "optimum": export_optimum,
+             "ts_nocache": export_no_cache}
 
 
 def main():

@@ -8,7 +8,8 @@ MPT). That is only the model's own attention when the graph's mask is exactly th
 length P the plan can hold, up to a constant per query row (which softmax ignores). Any other bias
 would be lost silently, so the build runs the mask subgraph on a few (P, S) probes up to
 max_model_len, reads each layer's window and slopes off them (the same in every probe where they
-show) and refuses what is neither."""
+show) and refuses what is neither. An export without a KV cache is probed on whole sequences of
+P + S tokens: causal attention over a sequence's own tokens is what paging computes."""
 
 from __future__ import annotations
 
@@ -59,7 +60,10 @@ def check_causal_masks(graph: gs.Graph, sites: list[Site], max_model_len: int,
     past = {t.name: s for s in sites for t in s.past}
     windows: dict[int, set[tuple[int, int]]] = {id(site): set() for site in sites}
     slopes: dict[int, list[np.ndarray | None]] = {id(site): [] for site in sites}
-    for num_past, num_new in probes(max_model_len, max_batched_tokens):
+    steps = probes(max_model_len, max_batched_tokens)
+    if not past:  # an export without a KV cache sees each sequence whole: its mask over P + S tokens
+        steps = sorted({(0, num_past + num_new) for num_past, num_new in steps})
+    for num_past, num_new in steps:
         feeds = {t.name: _feed(t, num_past, num_new, past.get(t.name)) for t in sub.inputs}
         outputs = executor.run(feeds)
         for site in sites:

@@ -197,19 +197,37 @@ def _spec(sites, profile: Profile, model: onnx.ModelProto, outputs: list) -> dic
             "vocab_size": int(vocab) if isinstance(vocab, (int, np.integer)) and vocab > 0 else None}
 
 
+CHUNK_RTOL = 1e-3  # float rounding of GEMMs over other row counts; positions off by a few change far more
+
+
 def _smoke_run(program, decoder: dict) -> None:
     """One step with a 3-token prefill and a decode token: the vocabulary size comes from it if the
-    graph does not say, and a graph that cannot run fails the build here rather than in `infc run`."""
+    graph does not say, and a graph that cannot run fails the build here rather than in `infc run`.
+    Then a prompt's last token, prefilled with the prompt and decoded after it behind another
+    sequence's tokens in one step, must get the same logits (a graph that derives positions from the
+    step's tokens, not position_ids, would not: rotary's relative positions hide it in a prefill)."""
     executor = Executor(program.steps, program.weights, program.opset, program.islands,
                         output_names=[o["name"] for o in program.outputs])
     runner = PagedModelRunner(executor, {**decoder, "vocab_size": decoder["vocab_size"] or 8}, program.inputs)
-    runner.allocate_kv(2)
+    runner.allocate_kv(5)
     chunks = [SeqChunk(0, [1, 2, 3], 0, [0], True), SeqChunk(1, [4], 1, [1], True)]
     logits = executor.run(runner.feeds(chunks)[0])[decoder["logits"]]
     rows = 2 if decoder["gathers_logits"] else 4
     if logits.ndim < 2 or logits.size != rows * logits.shape[-1] or decoder["vocab_size"] not in (None, logits.shape[-1]):
         raise BadInput(f"not a recognized decoder: logits of shape {list(logits.shape)} for {rows} rows")
     decoder["vocab_size"] = int(logits.shape[-1])
+    def last_row(chunks: list[SeqChunk]) -> np.ndarray:
+        out = executor.run(runner.feeds(chunks)[0])[decoder["logits"]]
+        return out.reshape(-1, out.shape[-1])[-1]
+
+    whole = last_row([SeqChunk(2, [1, 2, 3, 4], 0, [2], True)])
+    last_row([SeqChunk(3, [1, 2, 3], 0, [3], True)])
+    decoded = last_row([SeqChunk(4, [5, 6], 0, [4], True), SeqChunk(3, [4], 3, [3], True)])
+    diff = float(np.abs(decoded - whole).max())
+    if not diff <= CHUNK_RTOL * max(1.0, float(np.abs(whole).max())):
+        raise BadInput(f"not a recognized decoder: a token decoded after its cached prompt gets logits {diff:.3g} away "
+                       "from the same token prefilled with the prompt: the graph derives token positions from the "
+                       "step's tokens; export it with a position_ids input")
 
 
 def _brief(decoder: dict) -> dict:

@@ -1,8 +1,8 @@
 """Finding each layer's attention and the KV cache around it in an optimized decoder graph.
 
     past_key_values.i.key ─► Concat(axis=2) ◄─ k_new (B, kvN, S, H)        (the same for the value)
-                               ├─► present.i.key (graph output)
-                               ▼
+                               ├─► present.i.key (graph output)           (an export without a KV
+                               ▼                                           cache: k_new alone)
                  [Unsqueeze(2) ─► Expand ─► Reshape]      repeat_kv, only with grouped KV heads
                                ▼
     q ─► com.microsoft.MultiHeadAttention(q (B,S,N*H), k, v, attention_bias=mask)
@@ -29,8 +29,8 @@ class Site:
     q: gs.Tensor
     k_new: gs.Tensor
     v_new: gs.Tensor
-    past: tuple[gs.Tensor, gs.Tensor]  # graph inputs
-    present: tuple[gs.Tensor, gs.Tensor]  # the Concats' outputs
+    past: tuple[gs.Tensor, ...]  # the past K and V graph inputs; () for an export without a KV cache
+    present: tuple[gs.Tensor, ...]  # the Concats' outputs; ()
     num_heads: int
     kv_num_heads: int
     head_dim: int
@@ -49,18 +49,23 @@ def _producer(t: gs.Tensor) -> gs.Node | None:
     return t.inputs[0] if len(t.inputs) == 1 else None
 
 
-def _kv_concat(t: gs.Tensor, graph_inputs: set[int]) -> tuple[gs.Node | None, str | None]:
-    """Walk from an attention's key/value up through repeat_kv to the past-KV Concat."""
-    node = _producer(t)
+def _kv_source(t: gs.Tensor, graph_inputs: set[int]) -> tuple[gs.Node | gs.Tensor | None, str | None]:
+    """Walk from an attention's key/value up through repeat_kv to the past-KV Concat, or (an export
+    without a KV cache) to the new tokens' (B, kvN, S, H) key/value itself."""
+    node, source = _producer(t), t
     while node is not None and node.op in REPEAT_KV_OPS:
         if node.op == "Unsqueeze" and _unsqueeze_axes(node) not in ([2], None):
             return None, "repeat_kv does not insert the group axis after the KV heads"
-        node = _producer(node.inputs[0])
-    if node is None or node.op != "Concat" or len(node.inputs) != 2 or id(node.inputs[0]) not in graph_inputs:
+        source, node = node.inputs[0], _producer(node.inputs[0])
+    if node is not None and node.op == "Concat" and len(node.inputs) == 2 and id(node.inputs[0]) in graph_inputs:
+        if node.attrs.get("axis") not in (2, -2):
+            return None, "past-KV Concat is not over the sequence axis"
+        return node, None
+    if any(id(i) in graph_inputs for i in (node.inputs if node is not None and node.op == "Concat" else [])):
         return None, "key/value is not a Concat of a past-KV graph input and the new tokens"
-    if node.attrs.get("axis") not in (2, -2):
-        return None, "past-KV Concat is not over the sequence axis"
-    return node, None
+    if source.shape is None or len(source.shape) != 4:
+        return None, "key/value is neither a Concat of a past-KV graph input and the new tokens nor 4-D (B, kvN, S, H)"
+    return source, None  # no KV cache in the graph: attention over the sequence's own tokens
 
 
 def _unsqueeze_axes(node: gs.Node) -> list[int] | None:
@@ -94,12 +99,18 @@ def site_of(node: gs.Node, graph_inputs: set[int]) -> tuple[Site | None, str | N
         return None, "Attention has is_causal set"
     if len([o for o in node.outputs if not o.is_empty()]) != 1:
         return None, "attention has present or score outputs"
-    k_concat, reason = _kv_concat(inputs[1], graph_inputs)
-    v_concat, v_reason = _kv_concat(inputs[2], graph_inputs)
+    k_source, reason = _kv_source(inputs[1], graph_inputs)
+    v_source, v_reason = _kv_source(inputs[2], graph_inputs)
     if reason or v_reason:
         return None, reason or v_reason
-    past_k, past_v = k_concat.inputs[0], v_concat.inputs[0]
-    shape = list(past_k.shape or [])
+    if isinstance(k_source, gs.Node) != isinstance(v_source, gs.Node):
+        return None, "one of key and value has a past-KV input, the other not"
+    if isinstance(k_source, gs.Node):  # past K/V concatenated with the new tokens'
+        past, present = (k_source.inputs[0], v_source.inputs[0]), (k_source.outputs[0], v_source.outputs[0])
+        k_new, v_new = k_source.inputs[1], v_source.inputs[1]
+    else:  # no KV cache: attention over the step's own tokens, which paging extends to the cached ones
+        past, present, k_new, v_new = (), (), k_source, v_source
+    shape = list((past[0] if past else k_new).shape or [])
     kv_heads, head_dim = (_static(shape[1]), _static(shape[3])) if len(shape) == 4 else (None, None)
     q = inputs[0]
     num_heads = node.attrs.get("num_heads") or node.attrs.get("q_num_heads") or _num_heads(q, inputs[1], node.outputs[0], head_dim)
@@ -107,9 +118,7 @@ def site_of(node: gs.Node, graph_inputs: set[int]) -> tuple[Site | None, str | N
         return None, "head counts or head size are not static"
     scale = node.attrs.get("scale") or 1.0 / np.sqrt(head_dim)
     bias = inputs[5] if node.op == "MultiHeadAttention" else inputs[3]
-    site = Site(node, q, k_concat.inputs[1], v_concat.inputs[1], (past_k, past_v),
-                (k_concat.outputs[0], v_concat.outputs[0]), int(num_heads), kv_heads, head_dim, float(scale),
-                bias, softcap)
+    site = Site(node, q, k_new, v_new, past, present, int(num_heads), kv_heads, head_dim, float(scale), bias, softcap)
     return site, None
 
 
@@ -156,4 +165,6 @@ def find_sites(graph: gs.Graph, fusion_rejections: dict[str, int]) -> list[Site]
         if site is None:
             raise BadInput(f"not a recognized decoder: attention '{node.name}': {reason}")
         sites.append(site)
+    if len({bool(site.past) for site in sites}) > 1:
+        raise BadInput("not a recognized decoder: some attention layers read a past-KV input and others not")
     return sites

@@ -54,7 +54,8 @@ def _genai_head_size(model_path) -> int:
 
 
 def ort_greedy(model_path, prompt: list[int], num_tokens: int) -> tuple[list[int], list[np.ndarray]]:
-    """Greedy tokens and each step's last-row logits from the original model with its past-KV loop."""
+    """Greedy tokens and each step's last-row logits from the original model with its past-KV loop
+    (a model without a KV cache runs on the whole sequence each step)."""
     model, session = _session(str(model_path))
     past = {i.name: i for i in model.input if i.name.startswith("past_key_values")}
     feeds = {name: np.zeros([1, info.type.tensor_type.shape.dim[1].dim_value, 0,
@@ -71,9 +72,8 @@ def ort_greedy(model_path, prompt: list[int], num_tokens: int) -> tuple[list[int
         out = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in accepted})))
         logits = out["logits"][0, -1].astype(np.float32)
         logits_seen.append(logits)
-        start += len(ids)
-        ids = [int(np.argmax(logits))]
-        tokens.append(ids[0])
+        tokens.append(int(np.argmax(logits)))
+        start, ids = (start + len(ids), [tokens[-1]]) if past else (0, ids + [tokens[-1]])
         for name in past:
             feeds[name] = out[name.replace("past_key_values", "present")]
     return tokens, logits_seen

@@ -24,6 +24,8 @@ with its past-KV loop; masks paged attention cannot express (ALiBi) fail the bui
     mpt_ts          ALiBi sliced from a max_seq_len table, then masked_fill; no position_ids input
     mixtral_ts      mixture of experts (top-2 of 4, transformers 4.46); rotary tables sliced to the
                        past + new length, then read at position_ids
+    llama_ts_nocache  exported without a KV cache (logits of the whole sequence): paged all the same,
+                       against onnxruntime on the whole sequence every step
 and refusals that name their reason.
 """
 
@@ -42,7 +44,7 @@ from .conftest import PROFILES, assert_greedy_matches_ort, build_plan, ort_greed
 
 HF = FIXTURES / "hf"
 HF_DECODERS = ("qwen2_optimum", "phi3_dynamo", "gpt2_ts", "gemma2_ts", "falcon_dynamo", "qwen3_dynamo", "gpt_neox_ts",
-               "gptj_ts", "opt_ts", "granite_dynamo", "mixtral_ts")
+               "gptj_ts", "opt_ts", "granite_dynamo", "mixtral_ts", "llama_ts_nocache")
 NUM_REQUESTS, NUM_TOKENS = 4, 32
 
 
@@ -201,3 +203,21 @@ def test_a_graph_computing_with_the_past_length_is_refused(tmp_path):
     onnx.save(model, tmp_path / "llama_past_length.onnx")
     with pytest.raises(BadInput, match=r"'.*' \(Cast\) computes with the past KV length \(with \d+ past"):
         build_plan(tmp_path / "llama_past_length.onnx", PROFILES / "llama_decode.yaml", tmp_path)
+
+
+def test_positions_derived_from_the_steps_tokens_are_refused(tmp_path):
+    """llama_ts_nocache with its position_ids made inside the graph, as arange over the tokens (an export
+    without that input): a paged step holds other sequences and only the new tokens, so the build's
+    smoke run (a token decoded after its cached prompt against the prompt prefilled whole) refuses it."""
+    model = onnx.load(HF / "llama_ts_nocache.onnx")
+    model.graph.input.remove(next(i for i in model.graph.input if i.name == "position_ids"))
+    h = onnx.helper
+    model.graph.node.insert(0, h.make_node("Shape", ["input_ids"], ["num_tokens"], start=1, end=2))
+    model.graph.node.insert(1, h.make_node("Squeeze", ["num_tokens"], ["num_tokens_scalar"]))
+    model.graph.node.insert(2, h.make_node("Range", ["zero", "num_tokens_scalar", "one"], ["positions"]))
+    model.graph.node.insert(3, h.make_node("Unsqueeze", ["positions", "axis0"], ["position_ids"]))
+    model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(v, np.int64), n)
+                                    for n, v in (("zero", 0), ("one", 1), ("axis0", [0]))])
+    onnx.save(model, tmp_path / "llama_derived_positions.onnx")
+    with pytest.raises(BadInput, match="derives token positions from the step's tokens"):
+        build_plan(tmp_path / "llama_derived_positions.onnx", _profile(tmp_path, 128, position_ids=False), tmp_path)

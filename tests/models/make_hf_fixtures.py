@@ -39,6 +39,7 @@ FIXTURES = {
     "bloom_ts": ("bloom", "ts"),  # ALiBi on (B*N)-row attention (baddbmm)
     "mpt_ts": ("mpt", "ts"),  # ALiBi sliced from a max_seq_len table, masked_fill
     "mixtral_ts": ("mixtral", "ts"),  # MoE; made with transformers 4.46 (see the export script)
+    "llama_ts_nocache": ("llama", "ts_nocache"),  # no past inputs: logits of the whole sequence
     "phi3_longrope_dynamo": ("phi3_longrope", "dynamo"),  # built only for max_model_len <= 64
     "qwen2_dynamo_fp16": ("qwen2", "dynamo"),  # model.half() before export: served in float32
 }
