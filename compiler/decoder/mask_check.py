@@ -64,7 +64,7 @@ def check_causal_masks(graph: gs.Graph, sites: list[Site], max_model_len: int,
     if not past:  # an export without a KV cache sees each sequence whole: its mask over P + S tokens
         steps = sorted({(0, num_past + num_new) for num_past, num_new in steps})
     for num_past, num_new in steps:
-        feeds = {t.name: _feed(t, num_past, num_new, past.get(t.name)) for t in sub.inputs}
+        feeds = {t.name: probe_feed(t, num_past, num_new, past.get(t.name)) for t in sub.inputs}
         outputs = executor.run(feeds)
         for site in sites:
             bias = np.asarray(outputs[site.bias.name])
@@ -136,7 +136,10 @@ def _one_window(site: Site, seen: set[tuple[int, int]]) -> int:
     return limited.pop() if limited else 0
 
 
-def _feed(t: gs.Tensor, num_past: int, num_new: int, site: Site | None) -> np.ndarray:
+def probe_feed(t: gs.Tensor, num_past: int, num_new: int, site: Site | None = None, reader: str = "the attention mask"
+               ) -> np.ndarray:
+    """A probe's value of graph input `t`: a step of `num_new` tokens after `num_past` cached ones
+    (`site`: its zero past K/V)."""
     dtype = np.dtype(t.dtype or np.int64)
     if site is not None:
         return np.zeros((1, site.kv_num_heads, num_past, site.head_dim), dtype)
@@ -146,7 +149,7 @@ def _feed(t: gs.Tensor, num_past: int, num_new: int, site: Site | None) -> np.nd
         return np.arange(num_past, num_past + num_new, dtype=dtype)[None]
     if t.name == "attention_mask":
         return np.ones((1, num_past + num_new), dtype)
-    raise BadInput(f"not a recognized decoder: the attention mask reads input '{t.name}'")
+    raise BadInput(f"not a recognized decoder: {reader} reads input '{t.name}'")
 
 
 def _window_of(bias: np.ndarray, num_past: int, num_new: int) -> tuple[int, str | None]:

@@ -22,6 +22,7 @@ from ..errors import BadInput
 from ..lower import lower_graph
 from ..runtime.executor import Executor
 from ..runtime.kernels import has_kernel
+from .mask_check import probe_feed
 
 SHAPE_ARITHMETIC = {"Squeeze", "Unsqueeze", "Add", "Sub", "Mul", "Div", "Mod", "Min", "Max", "Neg", "Abs", "Reshape",
                     "Concat", "Cast", "Gather", "Slice", "Identity", "Equal", "Greater", "Less", "GreaterOrEqual",
@@ -93,16 +94,12 @@ def _feeds(sub: gs.Graph, probes_in, num_past: int, num_new: int) -> dict:
     feeds = {}
     for t in sub.inputs:
         probe = next(((values, index) for v, values, index in probes_in if v.name == t.name), None)
-        if probe is not None:
-            values = probe[0].copy()
-            values.reshape(-1)[probe[1]] = num_past
-            feeds[t.name] = values
-        elif t.name == "position_ids":
-            feeds[t.name] = np.arange(num_past, num_past + num_new, dtype=np.int64)[None]
-        elif t.name == "attention_mask":
-            feeds[t.name] = np.ones((1, num_past + num_new), np.dtype(t.dtype or np.int64))
-        else:  # input_ids, and anything else: its shape is what shape arithmetic reads
-            feeds[t.name] = np.zeros((1, num_new), np.dtype(t.dtype or np.int64))
+        if probe is None:
+            feeds[t.name] = probe_feed(t, num_past, num_new, reader="shape arithmetic on the past length")
+            continue
+        values = probe[0].copy()
+        values.reshape(-1)[probe[1]] = num_past
+        feeds[t.name] = values
     return feeds
 
 

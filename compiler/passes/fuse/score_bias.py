@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...graph import const_value
 from ..engine import Match, Rule
 from ..pattern import const, op, var
 from .attention_builder import Builder, producer
@@ -27,9 +28,9 @@ def _is_scores(t) -> bool:
     """A Q·Kᵀ product, or its scaling by one constant."""
     node = producer(t)
     if node is not None and node.op in ("Mul", "Div") and len(node.inputs) == 2:
-        sizes = [getattr(i, "values", None) for i in node.inputs]
-        scaled = [i for i, v in zip(node.inputs, sizes) if v is None]
-        node = producer(scaled[0]) if len(scaled) == 1 and all(np.size(v) == 1 for v in sizes if v is not None) else None
+        factors = [const_value(i) for i in node.inputs]
+        scaled = [i for i, v in zip(node.inputs, factors) if v is None]
+        node = producer(scaled[0]) if len(scaled) == 1 and all(v.size == 1 for v in factors if v is not None) else None
     return node is not None and node.op in SCORE_PRODUCTS
 
 
