@@ -54,7 +54,18 @@ def _decoder_summary(meta: dict) -> dict | None:
     coded = sum(1 for s in meta["program"] if "weight_group" in (s.get("attrs") or {}))
     return {**{k: decoder.get(k) for k in DECODER_FIELDS}, "chat_template": bool(decoder.get("chat_template")),
             "batch_invariant_gemms": gemms, "float64_gemms": legacy, "gemms_reading_codes": coded,
-            "gemm_invariance": GEMM_INVARIANCE if gemms else "float64 (a plan built before float32 GEMMs)"}
+            "gemm_invariance": GEMM_INVARIANCE if gemms else "float64 (a plan built before float32 GEMMs)",
+            "attention": _attention_options(meta["program"])}
+
+
+def _attention_options(program: list[dict]) -> dict:
+    """What the paged attention adds to plain causal attention, over the layers: sliding windows,
+    soft-caps, ALiBi slopes (decoder/mask_check.py)."""
+    layers = [s.get("attrs") or {} for s in program if (s.get("domain"), s["op"]) == ("infc", "PagedAttention")]
+    options = {"sliding_windows": sorted({a["window"] for a in layers if a.get("window")}),
+               "softcaps": sorted({a["softcap"] for a in layers if a.get("softcap")}),
+               "alibi_slopes": next((a["alibi_slopes"] for a in layers if a.get("alibi_slopes")), None)}
+    return {k: v for k, v in options.items() if v}
 
 
 def _tactics_summary(meta: dict) -> dict | None:
@@ -116,6 +127,14 @@ def print_plan_report(report: dict, console: Console) -> None:
                       f"head dim {decoder['head_dim']}, vocab {decoder['vocab_size']}, context {decoder['max_model_len']}, "
                       f"KV blocks of {decoder['block_size']} tokens, chat template: {'yes' if decoder['chat_template'] else 'no'}; "
                       f"{decoder['batch_invariant_gemms'] + decoder['float64_gemms']} GEMMs in {decoder['gemm_invariance']}")
+        attention = decoder.get("attention") or {}
+        if attention:
+            parts = [f"sliding windows of {', '.join(map(str, attention['sliding_windows']))} keys"
+                     if "sliding_windows" in attention else "",
+                     f"soft-cap {', '.join(f'{c:g}' for c in attention['softcaps'])}" if "softcaps" in attention else "",
+                     "ALiBi position bias, slopes " + ", ".join(f"{x:.3g}" for x in attention["alibi_slopes"])
+                     if "alibi_slopes" in attention else ""]
+            console.print("  paged attention: " + "; ".join(p for p in parts if p))
         if decoder.get("gemms_reading_codes"):
             console.print(f"  {decoder['gemms_reading_codes']} of them read 8-bit weight codes for decode rows "
                           "(the same sums as on the dequantized weights)")

@@ -37,6 +37,7 @@ from infc.compiler.decoder.float32_export import as_float32
 from infc.compiler.decoder.mask_check import _window_of, alibi_slopes, probes
 from infc.compiler.errors import BadInput
 from infc.compiler.plan.format import read_plan
+from infc.compiler.plan_report import plan_report
 from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.testing import FIXTURES
 
@@ -129,6 +130,7 @@ def test_alibi_is_paged_with_the_models_slopes(name, tmp_path):
     assert meta["decoder"]["position_bias"] == "alibi"
     paged = [s["attrs"] for s in meta["program"] if s["op"] == "PagedAttention"]
     assert len(paged) == 2 and all(np.allclose(a["alibi_slopes"], ALIBI_SLOPES_4_HEADS, rtol=1e-6) for a in paged)
+    assert plan_report(plan)["decoder"]["attention"] == {"alibi_slopes": paged[0]["alibi_slopes"]}  # infc inspect
     runner = load_model_runner(plan)
     requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1, max_len=90)
     tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, chunk_sizes=[17, 40, 9, 64], budget=128)
@@ -138,6 +140,7 @@ def test_alibi_is_paged_with_the_models_slopes(name, tmp_path):
 def test_a_sliding_window_shorter_than_max_model_len_is_paged_with_it(profile, tmp_path):
     plan = build_plan(HF / "mistral_window_ts.onnx", profile, tmp_path)
     assert read_plan(plan).meta["decoder"]["sliding_windows"] == [24]
+    assert plan_report(plan)["decoder"]["attention"] == {"sliding_windows": [24]}
     runner = load_model_runner(plan)
     requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1, max_len=90)  # well past the window
     tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, chunk_sizes=[17, 40, 9, 64], budget=96)
