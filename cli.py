@@ -15,6 +15,11 @@ from . import __version__
 from .compiler.atomic import write_text_atomic as _write_text_atomic
 from .compiler.errors import BadInput, InfcError
 
+# compiler/quantize/weight_range.py (not imported here: the CLI starts without the quantize stack)
+INT8_WEIGHTS = ["auto", "8bit", "7bit"]
+INT8_WEIGHTS_HELP = ("int8: weight codes in [-127, 127] (8bit) or [-64, 64] (7bit: onnxruntime's u8 x s8 kernels "
+                     "on x86 without VNNI saturate 8-bit ones); auto: 7bit where this CPU lacks VNNI.")
+
 stderr = Console(stderr=True, markup=False)
 
 
@@ -115,7 +120,8 @@ def _run_optimize(model_path: str, quiet: bool):
 @click.option("--tolerance", type=float, help="fp16/bf16: max relative error; nodes that break it are pinned to fp32.")
 @click.option("--calib", type=click.Path(), help="int8: calibration inputs, an .npz or a folder of them.")
 @click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default="minmax", show_default=True)
-def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision, tolerance, calib, calib_method):
+@click.option("--int8-weights", type=click.Choice(INT8_WEIGHTS), default="auto", show_default=True, help=INT8_WEIGHTS_HELP)
+def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision, tolerance, calib, calib_method, int8_weights):
     """Optimize MODEL and write the result as ONNX that onnxruntime runs."""
     from .compiler.model_io import save_model
     from .compiler.report import print_report, report_json
@@ -129,7 +135,8 @@ def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision,
         from .compiler.quantize import apply_precision
 
         result.model, report["quantize"] = apply_precision(result.model, precision, tolerance=tolerance, calib=calib,
-                                                           method=calib_method, seed=seed, dims=_parse_dims(dims) or None)
+                                                           method=calib_method, seed=seed, dims=_parse_dims(dims) or None,
+                                                           int8_weights=int8_weights)
     if verify:
         try:
             diffs = verify_models(original, result.model, seed=seed, feeds=feeds, dims=_parse_dims(dims))
@@ -201,6 +208,7 @@ def _is_plan(path: str) -> bool:
 @click.option("--tolerance", type=float, help="fp16/bf16: output error budget of the self-repair (default 1e-2).")
 @click.option("--calib", type=click.Path(), help="Calibration / verification inputs: an .npz or a folder of them.")
 @click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default="minmax", show_default=True)
+@click.option("--int8-weights", type=click.Choice(INT8_WEIGHTS), default="auto", show_default=True, help=INT8_WEIGHTS_HELP)
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Engine and timing cache folder (default: ./cache or $INFC_CACHE_DIR).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the engine cache.")
 @click.option("--no-fallback", is_flag=True, help="Fail when an op has no native kernel instead of running it in onnxruntime.")
@@ -209,8 +217,8 @@ def _is_plan(path: str) -> bool:
               help="Representative inputs (.npz by input name) for the build's sample runs and --verify, for models "
                    "whose control flow depends on input values; without --profile, their shapes are the profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable build report on stdout.")
-def build(model, profile_path, output, target, precision, tolerance, calib, calib_method, cache_dir, no_cache, no_fallback,
-          verify, inputs_path, as_json):
+def build(model, profile_path, output, target, precision, tolerance, calib, calib_method, int8_weights, cache_dir, no_cache,
+          no_fallback, verify, inputs_path, as_json):
     """Build MODEL into a plan bound to this machine."""
     from .compiler.build import BuildOptions, build as run_build
     from .compiler.build_precision import PrecisionSettings
@@ -218,7 +226,7 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
     from .compiler.plan_report import print_build_report
 
     options = BuildOptions(target=target, precision=precision, allow_fallback=not no_fallback, verify=verify,
-                           precision_settings=PrecisionSettings(tolerance, calib, calib_method),
+                           precision_settings=PrecisionSettings(tolerance, calib, calib_method, int8_weights),
                            use_cache=not no_cache, cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
                            show_progress=not as_json, sample_feeds=_load_feeds(inputs_path) if inputs_path else None,
                            sample_feeds_source=str(inputs_path))

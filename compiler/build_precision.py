@@ -23,6 +23,7 @@ from .quantize import apply_precision
 from .quantize.api import NUM_REPAIR_SAMPLES
 from .quantize.accuracy import compare_runs, worst
 from .quantize.calib_data import calibration_files, iter_calibration
+from .quantize.weight_range import CHOICES, weight_limit
 from .quantize.fold_casts import fold_constant_casts
 from .runtime.executor import Executor
 from .verify import ort_session
@@ -47,12 +48,15 @@ class PrecisionSettings:
     tolerance: float | None = None  # None: DEFAULT_TOLERANCE for fp16/bf16
     calib: str | None = None
     calib_method: str = "minmax"
+    int8_weights: str = "auto"  # quantize/weight_range.py CHOICES
 
     def key_options(self, precision: str) -> dict:
         """What changes the plan besides the precision (engine-cache key); empty for fp32."""
         if precision == "fp32":
             return {}
         key = {"tolerance": self.tolerance, "calib_method": self.calib_method if precision == "int8" else None}
+        if precision == "int8":  # auto resolved on this CPU: the limit is what changes the plan
+            key["int8_weight_limit"] = weight_limit(CHOICES[self.int8_weights])
         if self.calib:
             digest = hashlib.sha256()
             for path in calibration_files(self.calib):
@@ -111,7 +115,7 @@ def reduce_precision(original: onnx.ModelProto, optimized: onnx.ModelProto, prof
     log(f"precision {precision}: converting" + (" and repairing" if precision != "int8" else ""))
     model, report = apply_precision(optimized, precision, tolerance=tolerance if precision != "int8" else None,
                                     calib=settings.calib, method=settings.calib_method, kernels="infc-cpu",
-                                    feeds_list=feeds_list)
+                                    feeds_list=feeds_list, int8_weights=settings.int8_weights)
     model, folded = fold_constant_casts(model)
     summary = {"precision": precision, "compute": COMPUTE[precision], "folded_constants": folded,
                **_summarize(report)}

@@ -148,6 +148,18 @@ def test_precision_settings_are_part_of_the_cache_key():
 
     assert key("fp32") == {"target": "cpu", "precision": "fp32", "allow_fallback": True}  # fp32 keys unchanged
     assert key("fp16") != key("fp16", tolerance=1e-3) != key("bf16", tolerance=1e-3)
+    # --int8-weights: the limit it resolves to on this CPU (auto is one of the two)
+    assert key("int8", int8_weights="8bit") != key("int8", int8_weights="7bit")
+    assert key("int8") in (key("int8", int8_weights="8bit"), key("int8", int8_weights="7bit"))
+
+
+def test_int8_weight_range_is_the_users_choice(tmp_path):
+    model = FIXTURES / "cnn_ts.onnx"
+    np.savez(tmp_path / "calib.npz", pixel_values=np.random.default_rng(0).standard_normal((4, 2, 3, 32, 32)).astype(np.float32))
+    for choice, suffix in (("8bit", ""), ("7bit", " in [-64, 64]")):
+        plan, _ = _build(tmp_path, model, PROFILES / "cnn.yaml", "int8", name=choice, calib=str(tmp_path / "calib.npz"),
+                         int8_weights=choice)
+        assert read_plan(plan).meta["precision"]["int8"]["weight_type"] == "int8 symmetric per-channel" + suffix
 
 
 @pytest.mark.parametrize("name", ["llama_ts", "gpt2_ts"])

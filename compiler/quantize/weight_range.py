@@ -26,6 +26,10 @@ def saturates_u8s8() -> bool:
     return not any(flag in cpu_model_and_all_flags()[1] for flag in VNNI_FLAGS)
 
 
+# the CLI's --int8-weights: what reduce_range each choice means (None: decided by this CPU)
+CHOICES = {"auto": None, "8bit": False, "7bit": True}
+
+
 def weight_limit(reduce_range: bool | None = None) -> int:
     """The largest weight code: reduced where asked, or (None) where this CPU's kernels saturate."""
     return REDUCED if (saturates_u8s8() if reduce_range is None else reduce_range) else FULL
