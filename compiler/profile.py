@@ -137,11 +137,13 @@ def _resolve_shape(shape, dims: dict[str, InputRange], which: str, where: str) -
     return tuple(out)
 
 
-def check_profile_matches_model(profile: Profile, model_inputs: list[dict], ignorable=lambda name: False) -> None:
-    """Every model input has a shape of the right rank that agrees with the model's static dims."""
+def check_profile_matches_model(profile: Profile, model_inputs: list[dict], ignorable=lambda name: False,
+                                 unused=lambda name: False) -> None:
+    """Every model input has a shape of the right rank that agrees with the model's static dims.
+    `ignorable`: model inputs the profile may leave out; `unused`: profile inputs the model may lack."""
     by_name = {i["name"]: i for i in model_inputs}
     for name in profile.inputs:
-        if name not in by_name:
+        if name not in by_name and not unused(name):
             raise BadInput(f"{profile.source}: inputs.{name}: the model has no input named '{name}' "
                            f"(its inputs: {', '.join(by_name)})")
     for name, info in by_name.items():

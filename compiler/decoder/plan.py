@@ -46,6 +46,8 @@ from .position_reductions import fold_position_reductions
 from .sites import NOT_RECOGNIZED, find_sites
 from .weight_codes import attach_codes, store_codes
 
+RUNNER_FED = ("position_ids", "attention_mask")  # fed per step by the runner; a graph may not take them
+
 PLAN_KIND = "decoder"
 DECODER_PRECISIONS = ("fp32", "w8")
 
@@ -120,7 +122,10 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     graph = import_graph(optimized.model)
     sites = find_sites(graph, _attention_rejections(optimized))
     past = {t.name for s in sites for t in s.past}
-    check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past)
+    # one decode profile serves exports with and without position_ids (ALiBi, genai) or a KV cache:
+    # what the runner feeds per step may be listed for a model that does not take it
+    check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past,
+                                unused=lambda name: name in RUNNER_FED or name.startswith("past_key_values"))
     decoder = _spec(sites, profile, optimized.model, [t for t in graph.outputs if not _is_present(t, sites)])
     fold_position_reductions(graph, decoder["max_model_len"])
     read_tables_whole(graph)

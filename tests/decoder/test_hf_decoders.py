@@ -125,7 +125,8 @@ def test_alibi_is_paged_with_the_models_slopes(name, tmp_path):
     """Bloom adds slope * key position on (B*N)-row scores (baddbmm), MPT slope * (key - T + 1) sliced
     from its max_seq_len table, then masked_fill: both page as slope * (key - query position), chunked
     prefills included, and match onnxruntime's past-KV loop."""
-    plan = build_plan(HF / f"{name}.onnx", _profile(tmp_path, 128, position_ids=False), tmp_path)
+    # neither takes position_ids: a profile may list it (what the runner feeds per step) or not
+    plan = build_plan(HF / f"{name}.onnx", _profile(tmp_path, 128, position_ids=name == "mpt_ts"), tmp_path)
     meta = read_plan(plan).meta
     assert meta["decoder"]["position_bias"] == "alibi"
     paged = [s["attrs"] for s in meta["program"] if s["op"] == "PagedAttention"]
