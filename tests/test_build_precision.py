@@ -153,6 +153,13 @@ def test_precision_settings_are_part_of_the_cache_key():
     assert key("int8") in (key("int8", int8_weights="8bit"), key("int8", int8_weights="7bit"))
 
 
+def test_cli_int8_weight_choices_are_the_quantizers():
+    from infc import cli
+    from infc.compiler.quantize.weight_range import CHOICES
+
+    assert cli.INT8_WEIGHTS == list(CHOICES)  # spelled out in cli.py, which starts without the quantize stack
+
+
 def test_int8_weight_range_is_the_users_choice(tmp_path):
     model = FIXTURES / "cnn_ts.onnx"
     np.savez(tmp_path / "calib.npz", pixel_values=np.random.default_rng(0).standard_normal((4, 2, 3, 32, 32)).astype(np.float32))

@@ -43,9 +43,8 @@ class MaskForm:
     slopes: tuple[float, ...] | None  # ALiBi: one per query head, None without
 
 
-def check_causal_masks(graph: gs.Graph, sites: list[Site], max_model_len: int,
-                       max_batched_tokens: int) -> list[MaskForm]:
-    """Each site's sliding window and ALiBi slopes."""
+def check_causal_masks(graph: gs.Graph, sites: list[Site], steps: list[tuple[int, int]]) -> list[MaskForm]:
+    """Each site's sliding window and ALiBi slopes, read on the (past, new tokens) `steps` (probes())."""
     for site in sites:
         if site.bias is None:
             raise BadInput(f"not a recognized decoder: attention '{site.node.name}' has no mask, so its prefill "
@@ -60,7 +59,6 @@ def check_causal_masks(graph: gs.Graph, sites: list[Site], max_model_len: int,
     past = {t.name: s for s in sites for t in s.past}
     windows: dict[int, set[tuple[int, int]]] = {id(site): set() for site in sites}
     slopes: dict[int, list[np.ndarray | None]] = {id(site): [] for site in sites}
-    steps = probes(max_model_len, max_batched_tokens)
     if not past:  # an export without a KV cache sees each sequence whole: its mask over P + S tokens
         steps = sorted({(0, num_past + num_new) for num_past, num_new in steps})
     for num_past, num_new in steps:

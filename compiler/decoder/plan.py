@@ -129,14 +129,14 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     decoder = _spec(sites, profile, optimized.model, [t for t in graph.outputs if not _is_present(t, sites)])
     fold_position_reductions(graph, decoder["max_model_len"])
     read_tables_whole(graph)
-    forms = check_causal_masks(graph, sites, decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
+    steps = probes(decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
+    forms = check_causal_masks(graph, sites, steps)
     for site, form in zip(sites, forms):
         site.window, site.alibi_slopes = form.window, form.slopes
     windows = [form.window for form in forms]
     decoder["sliding_windows"] = windows if any(windows) else None
     decoder["position_bias"] = "alibi" if any(form.slopes for form in forms) else None
-    decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"],
-                                probes(decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))))
+    decoder.update(canonicalize(graph, sites, decoder["block_size"], decoder["logits"], steps))
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
     use_batch_invariant_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
     del graph, optimized  # the program holds the weights now: the optimized model's copy can go
@@ -221,6 +221,7 @@ def _smoke_run(program, decoder: dict) -> None:
     if logits.ndim < 2 or logits.size != rows * logits.shape[-1] or decoder["vocab_size"] not in (None, logits.shape[-1]):
         raise BadInput(f"not a recognized decoder: logits of shape {list(logits.shape)} for {rows} rows")
     decoder["vocab_size"] = int(logits.shape[-1])
+
     def last_row(chunks: list[SeqChunk]) -> np.ndarray:
         out = executor.run(runner.feeds(chunks)[0])[decoder["logits"]]
         return out.reshape(-1, out.shape[-1])[-1]
