@@ -130,3 +130,27 @@ def read_plan(path: str | os.PathLike, verify: bool = True) -> Plan:
             raise BadInput(f"{path}: section '{entry['name']}' fails its sha256 check (the file is corrupt)")
         sections[entry["name"]] = chunk
     return Plan(path, meta, sections)
+
+
+def release_mapped_pages(array) -> bool:
+    """Give back this process's resident pages of a weight read straight from a plan's mapping, once
+    its reader keeps its own copy in another layout (the panel kernel's packed weights): the file
+    stays mapped and a later read brings the pages back. True when pages were released."""
+    base = array
+    while getattr(base, "base", None) is not None and not isinstance(base, memoryview):
+        base = base.base
+    if not isinstance(base, memoryview) or not isinstance(base.obj, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED"):
+        return False
+    mapped = base.obj
+    import numpy as np  # noqa: PLC0415 - the compiler's writer does not need it here
+
+    offset = array.ctypes.data - np.frombuffer(mapped, np.uint8, count=1).ctypes.data
+    first = -(-offset // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages of the array only
+    last = (offset + array.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+    if last <= first:
+        return False
+    try:
+        mapped.madvise(mmap.MADV_DONTNEED, first, last - first)
+    except (OSError, ValueError):
+        return False
+    return True

@@ -17,8 +17,9 @@ so that the reference itself reaches M*N*K = 2^26 (64x OpenBLAS's small-matrix b
 Row counts above R are not probed: they stay on the blocked path the reference is on.
 
 A shape whose threshold would pad every call to more than 16 rows and 8M multiply-adds gets None,
-unless the chain kernel (below) serves the rows under it: the caller then runs every row count on
-the chain kernel in an order of its own (`own_order_product`), or in float64 without compiled kernels (kernels/batch_invariant.py). The probe runs once per weight
+unless the chain kernel (below) serves the rows under it: the caller then runs every row count in an
+order of its own (`own_order_product`: the chain kernel's sums, register-blocked on packed panels by
+runtime/panel_gemm.py), or in float64 without compiled kernels (kernels/batch_invariant.py). The probe runs once per weight
 shape and process: a few hundred rows of the GEMM (0.4 s for a 576 x 49152 LM head).
 
 Decode steps have few rows, and padding them into the blocked GEMM costs 2-5x a GEMV. So the probe
@@ -41,6 +42,7 @@ from . import jit
 from .chain_gemm import candidate_rules, chain_product, k_blocks
 from .code_chain_gemm import codes_product
 from .gemm_impls import blas_threads, parallel_for
+from .panel_gemm import panel_product
 
 DENSE_PROBES = tuple(range(1, 17))  # the GEMV and smallest-kernel thresholds live here
 GROWTH = 1.5  # then probes every 1.5x up to the reference
@@ -185,13 +187,24 @@ def gemm_invariance_report() -> dict[str, str]:
     return {f"{k}x{n}": how((k, n), rows) for (k, n), rows in sorted(verified_shapes().items())}
 
 
-def own_order_product(a: np.ndarray, w: np.ndarray) -> np.ndarray | None:
-    """a [M, K] @ w [K, N] in float32 on the chain kernel with a fixed cut of K, for every M: row
-    invariant by construction, for shapes the BLAS recipe cannot serve (min_rows None: with
-    OPENBLAS_CORETYPE=Haswell, rows differ with M at any size). As fast as a float64 GEMM on two
-    threads from a few hundred rows, 2-3x faster below. None when compiled kernels are off: the
-    caller then runs float64 (a process that turns them off midway mixes the two)."""
-    return _chained(a, w, np.asarray(k_blocks(w.shape[0], OWN_DEPTH, 1), np.int64))
+def own_order_product(a: np.ndarray, w: np.ndarray, panels: np.ndarray | None = None) -> np.ndarray | None:
+    """a [M, K] @ w [K, N] in float32 with a fixed cut of K, for every M: row invariant by
+    construction, for shapes the BLAS recipe cannot serve (min_rows None: OpenBLAS's Haswell
+    kernels, whose rows differ with M at any size). On w's `panel_gemm.pack_panels` when given (the
+    register-blocked kernel: about the BLAS's speed on prefill rows), else on the chain kernel
+    (the same sums, bit for bit). None when compiled kernels are off: the caller then runs float64
+    (a process that turns them off midway mixes the two)."""
+    edges = own_edges(w.shape[0])
+    if panels is not None:
+        out = panel_product(a, panels, w.shape[1], edges)
+        if out is not None:
+            return out
+    return _chained(a, w, edges)
+
+
+def own_edges(k: int) -> np.ndarray:
+    """Where the own order cuts K (a function of K alone)."""
+    return np.asarray(k_blocks(k, OWN_DEPTH, 1), np.int64)
 
 
 def _chained(a: np.ndarray, w: np.ndarray, edges: np.ndarray) -> np.ndarray | None:
@@ -223,7 +236,7 @@ def codes_rows_product(a: np.ndarray, w: np.ndarray, codes, rows_from: int | Non
     found no cut of K. `codes`: (codes [K, N], scale, zero [ceil(K / group), N], group)."""
     m = a.shape[0]
     if rows_from is None:
-        edges = np.asarray(k_blocks(w.shape[0], OWN_DEPTH, 1), np.int64)
+        edges = own_edges(w.shape[0])
     elif m <= CHAIN_ROWS or m < rows_from:
         edges = _CHAIN_EDGES.get((w.shape, w.strides))
     else:

@@ -125,12 +125,14 @@ class Kernel:
     when compiled kernels are off (the caller then takes its NumPy path); `kernel.get_parallel()`
     the build whose `prange` loops run on numba's threads, or None (see the module docstring)."""
 
-    __slots__ = ("fn", "fastmath", "calls", "_compiled", "_parallel")
+    __slots__ = ("fn", "fastmath", "calls", "intrinsics", "_compiled", "_parallel")
 
-    def __init__(self, fn: Callable, fastmath: set[str] = FASTMATH, calls: tuple = ()):
+    def __init__(self, fn: Callable, fastmath: set[str] = FASTMATH, calls: tuple = (),
+                 intrinsics: Callable[[], dict] | None = None):
         self.fn = fn
         self.fastmath = fastmath
         self.calls = calls
+        self.intrinsics = intrinsics
         self._compiled = None
         self._parallel = None
 
@@ -161,6 +163,8 @@ class Kernel:
         called = {kernel.fn.__name__: kernel.get() for kernel in self.calls}
         if any(dispatcher is None for dispatcher in called.values()):
             return None
+        if self.intrinsics is not None:  # numba intrinsics (LLVM IR the kernel inlines), built once numba imports
+            called.update(self.intrinsics())
         fn = self.fn
         if called or parallel or "prange" in fn.__code__.co_names:  # the same code, seeing compiled names
             bound = types.FunctionType(fn.__code__, {**fn.__globals__, **called, "prange": numba.prange},
@@ -174,9 +178,11 @@ class Kernel:
                               boundscheck=False, error_model="numpy")
 
 
-def jit(fn: Callable | None = None, *, fastmath: set[str] = FASTMATH, calls: tuple = ()):
-    """Decorator, bare or with `fastmath=` / `calls=`: the function becomes a `Kernel` (see the
-    module docstring for the rules)."""
+def jit(fn: Callable | None = None, *, fastmath: set[str] = FASTMATH, calls: tuple = (),
+        intrinsics: Callable[[], dict] | None = None):
+    """Decorator, bare or with `fastmath=` / `calls=` / `intrinsics=` (a function returning the
+    names the kernel calls that are numba intrinsics, called when it compiles): the function becomes
+    a `Kernel` (see the module docstring for the rules)."""
     if fn is None:
-        return lambda f: Kernel(f, fastmath, calls)
-    return Kernel(fn, fastmath, calls)
+        return lambda f: Kernel(f, fastmath, calls, intrinsics)
+    return Kernel(fn, fastmath, calls, intrinsics)

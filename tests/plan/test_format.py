@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from infc.compiler.errors import BadInput
-from infc.compiler.plan.format import FORMAT_VERSION, read_plan, write_plan
+from infc.compiler.plan.format import FORMAT_VERSION, read_plan, release_mapped_pages, write_plan
 
 
 def _write(path):
@@ -75,3 +75,15 @@ def test_an_array_section_is_written_from_the_arrays_as_their_bytes_joined(tmp_p
     plan = read_plan(path)  # checks each section's sha256
     assert bytes(plan.sections["weights"]) == bytes(joined) and bytes(plan.sections["after"]) == b"abc"
     assert all(offset % 64 == 0 for offset in (entry["offset"] for entry in table.values()))
+
+
+def test_a_mapped_weight_gives_back_its_pages_and_reads_the_same_after(tmp_path):
+    path = tmp_path / "p.plan"
+    weights = np.arange(64 * 1024, dtype=np.float32)
+    write_plan(path, {}, {"weights": weights.tobytes()})
+    plan = read_plan(path)
+    array = np.frombuffer(plan.sections["weights"], dtype=np.float32).reshape(256, 256)
+    assert release_mapped_pages(array)
+    assert np.array_equal(array.ravel(), weights)  # read again from the file
+    assert not release_mapped_pages(weights)  # not from a mapping: nothing to give back
+    assert not release_mapped_pages(array[:1, :8])  # no whole page inside

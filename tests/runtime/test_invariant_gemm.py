@@ -7,7 +7,7 @@ order, or in float64 without compiled kernels."""
 import numpy as np
 import pytest
 
-from infc.compiler.runtime import invariant_gemm, jit
+from infc.compiler.runtime import invariant_gemm, jit, panel_gemm
 from infc.compiler.runtime.kernels import kernel_for
 from infc.compiler.runtime.kernels.common import KernelContext
 
@@ -128,7 +128,9 @@ def test_a_shape_the_probe_rejected_runs_in_the_chain_kernels_own_order(rng, mon
         ctx = KernelContext(17)
         (full,) = run([a, w], attrs, ctx)
         np.testing.assert_allclose(full, want, rtol=1e-4, atol=1e-4)
-        assert 1 not in ctx.memo  # no float64 weight: the float32 chain kernel ran
+        assert 1 not in ctx.memo  # no float64 weight: the float32 own-order kernel ran, on panels
+        assert np.array_equal(ctx.memo["panels"][1], panel_gemm.pack_panels(w))
+        assert np.array_equal(full, invariant_gemm.own_order_product(a, w))  # the chain kernel's sums
         for start, m in ((0, 1), (5, 3), (9, 8), (3, 17), (0, 33)):
             (part,) = run([a[start:start + m], w], attrs, KernelContext(17))
             assert np.array_equal(part, full[start:start + m]), f"{m} rows from {start}"

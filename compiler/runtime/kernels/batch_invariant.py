@@ -6,8 +6,8 @@ blocked along K: decode rows then read those, runtime/code_chain_gemm.py), and
 
 A float32 MatMul by a 2-D weight runs in float32 through invariant_gemm: the fixed BLAS recipe this
 machine was checked to keep row-invariant, rows padded up to the shape's threshold (decode-sized
-rows on the chain kernel); a shape whose probe failed runs every row count on the chain kernel in its
-own fixed order. Anything else (other inner ops, other dtypes, compiled kernels off) runs the inner
+rows on the chain kernel); a shape whose probe failed runs every row count in its own fixed order,
+on the weight packed into panels (runtime/panel_gemm.py). Anything else (other inner ops, other dtypes, compiled kernels off) runs the inner
 op in float64 and rounds back (`float64_op`), which is invariant whatever the BLAS does, at twice
 the cost.
 """
@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import jit
 from ..invariant_gemm import codes_rows_product, min_rows, own_order_product, row_invariant_product
+from ...plan.format import release_mapped_pages
+from ..panel_gemm import pack_panels
 from .common import KernelContext
 
 
@@ -58,6 +61,18 @@ def float64_op(inputs, attrs, ctx):
     return [r.astype(np.float32) if r is not None and r.dtype == np.float64 else r for r in results]
 
 
+def _panels(w: np.ndarray, ctx) -> np.ndarray | None:
+    """The weight packed for the own-order panel kernel, once per step (kept in the step's memo; the
+    plan's mapped weight gives its resident pages back), when compiled kernels are on."""
+    cached = ctx.memo.get("panels")
+    if cached is None or cached[0] is not w:
+        if not jit.enabled():
+            return None
+        cached = ctx.memo["panels"] = (w, pack_panels(w))
+        release_mapped_pages(w)  # read again only if compiled kernels are turned off
+    return cached[1]
+
+
 def batch_invariant(inputs, attrs, ctx):
     operands = _float32_rows(inputs, attrs)
     if operands is None:
@@ -68,7 +83,7 @@ def batch_invariant(inputs, attrs, ctx):
     if "weight_group" in attrs:
         y = codes_rows_product(rows, w, (*inputs[2:], attrs["weight_group"]), rows_from)
     if y is None:
-        y = own_order_product(rows, w) if rows_from is None else row_invariant_product(rows, w, rows_from)
+        y = own_order_product(rows, w, _panels(w, ctx)) if rows_from is None else row_invariant_product(rows, w, rows_from)
     if y is None:
         return float64_op(inputs, attrs, ctx)
     return [y.reshape(*inputs[0].shape[:-1], w.shape[1])]

@@ -1,0 +1,182 @@
+"""The chain kernel's own-order sums, register-blocked on packed weight panels (decoder GEMMs where
+the BLAS has no row-invariant recipe).
+
+Why: where invariant_gemm finds no BLAS recipe whose rows are independent of M (OpenBLAS's Haswell
+kernels, the ones AVX2 machines get), every row count of a decoder plan's GEMMs runs in one fixed
+order of infc's own: per output element, K cut at fixed edges, each block one chain of fused
+multiply-adds in k order from zero, the blocks added to the output in order. chain_gemm.py's loop
+computes that with its accumulators in memory, at about half of what the BLAS reaches on prefill
+rows (60-65 against 110-130 GFLOP/s on two cores), so prefill was 2x onnxruntime's there.
+
+This kernel computes the same sums, bit for bit, the way GEMM libraries do: the weight packed once
+into panels of PANEL columns ([panels, K, PANEL], k rows contiguous, the last panel zero-padded),
+and a register tile of up to ROW_TILE rows x PANEL columns held in vector registers over a K block
+(6 x 2 eight-lane accumulators, two weight vectors and one broadcast: 15 of AVX2's 16 registers).
+numba does not keep such a tile in registers by itself (its arrays live in memory, and scalar
+locals are not vectorized), so the tile is written as LLVM IR through a numba intrinsic: loads of
+eight-lane vectors, a broadcast, and multiply-adds carrying the `contract` flag, exactly what the
+chain kernel's `IN_ORDER` loop becomes (fused where the target has FMA, not reordered). Each output
+element's chain is the same whatever the tile's size or place, so rows never depend on M.
+
+`panel_product` returns None when compiled kernels are off; callers keep the chain kernel or
+float64 (a process that turns them off midway mixes the two).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .chain_gemm import over_column_blocks
+from .jit import IN_ORDER, jit, prange
+
+LANES = 8  # float32 lanes of a 256-bit vector
+VECTORS = 2  # vectors across a panel
+PANEL = LANES * VECTORS  # weight columns per panel
+ROW_TILE = 6  # rows per register tile (see the docstring)
+SPLIT_MIN_MACS = 1 << 17  # products from this many multiply-adds split their panels between two cores
+
+
+def pack_panels(w: np.ndarray) -> np.ndarray:
+    """w [K, N] as [ceil(N / PANEL), K, PANEL]: panel p holds columns p*PANEL.., zero past N."""
+    k, n = w.shape
+    count = -(-n // PANEL)
+    padded = np.zeros((k, count * PANEL), np.float32)
+    padded[:, :n] = w
+    return np.ascontiguousarray(padded.reshape(k, count, PANEL).transpose(1, 0, 2))
+
+
+def panel_blocks(count: int, macs: int) -> tuple[tuple[int, int], ...]:
+    """The ranges of panels the two cores take (each output column's sums are the same either way)."""
+    if count < 2 or macs < SPLIT_MIN_MACS:
+        return ((0, count),)
+    return ((0, count // 2), (count // 2, count))
+
+
+def _make_tile(rows: int):
+    """A numba intrinsic tile(a, i0, w, out, o0, j0, k0, k1): for r < rows and c < PANEL,
+    out[o0 + r, j0 + c] += chain over k in [k0, k1) of a[i0 + r, k] * w[k, c], from zero.
+    a, w and out are 2-D float32 arrays with unit column stride; w is one panel [K, PANEL]."""
+    from llvmlite import ir  # noqa: PLC0415 - numba's own dependency: only when compiled kernels are on
+    from numba import types  # noqa: PLC0415
+    from numba.core import cgutils  # noqa: PLC0415
+    from numba.extending import intrinsic  # noqa: PLC0415
+
+    f32 = ir.FloatType()
+    vector = ir.VectorType(f32, LANES)
+    lane0 = ir.Constant(ir.IntType(32), 0)
+    splat = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
+    contract = ("contract",)  # the chain kernel's IN_ORDER: fuse the multiply-add, never reorder
+
+    def element(builder, data, byte_offset, typ):
+        raw = builder.gep(builder.bitcast(data, ir.IntType(8).as_pointer()), [byte_offset])
+        return builder.bitcast(raw, typ.as_pointer())
+
+    def codegen(context, builder, signature, args):
+        a_val, i0, w_val, out_val, o0, j0, k0, k1 = args
+        a, w, out = (context.make_array(signature.args[i])(context, builder, v)
+                     for i, v in ((0, a_val), (2, w_val), (3, out_val)))
+        intp = i0.type
+        size = ir.Constant(intp, 4)
+        a_row, w_row, out_row = (builder.extract_value(x.strides, 0) for x in (a, w, out))
+        accumulators = [[cgutils.alloca_once_value(builder, ir.Constant(vector, [0.0] * LANES))
+                         for _ in range(VECTORS)] for _ in range(rows)]
+        a_rows = [builder.mul(builder.add(i0, ir.Constant(intp, r)), a_row) for r in range(rows)]
+        with cgutils.for_range(builder, builder.sub(k1, k0)) as loop:
+            k = builder.add(k0, loop.index)
+            w_at = builder.mul(k, w_row)
+            weights = [builder.load(element(builder, w.data, builder.add(w_at, ir.Constant(intp, v * LANES * 4)),
+                                            vector), align=4) for v in range(VECTORS)]
+            k_at = builder.mul(k, size)
+            for r in range(rows):
+                x = builder.load(element(builder, a.data, builder.add(a_rows[r], k_at), f32), align=4)
+                broadcast = builder.shuffle_vector(builder.insert_element(ir.Constant(vector, ir.Undefined), x, lane0),
+                                                   ir.Constant(vector, ir.Undefined), splat)
+                for v in range(VECTORS):
+                    product = builder.fmul(broadcast, weights[v], flags=contract)
+                    total = builder.fadd(builder.load(accumulators[r][v]), product, flags=contract)
+                    builder.store(total, accumulators[r][v])
+        for r in range(rows):
+            row_at = builder.mul(builder.add(o0, ir.Constant(intp, r)), out_row)
+            for v in range(VECTORS):
+                column = builder.mul(builder.add(j0, ir.Constant(intp, v * LANES)), size)
+                target = element(builder, out.data, builder.add(row_at, column), vector)
+                builder.store(builder.fadd(builder.load(target, align=4), builder.load(accumulators[r][v])),
+                              target, align=4)
+        return context.get_dummy_value()
+
+    def typer(typingctx, a, i0, w, out, o0, j0, k0, k1):
+        return types.void(a, types.intp, w, out, types.intp, types.intp, types.intp, types.intp), codegen
+
+    typer.__name__ = f"panel_tile_{rows}"
+    return intrinsic(typer)
+
+
+_TILES: dict = {}
+
+
+def _tiles() -> dict:
+    if not _TILES:
+        _TILES.update({f"tile_{rows}": _make_tile(rows) for rows in range(1, ROW_TILE + 1)})
+    return _TILES
+
+
+@jit(fastmath=IN_ORDER, intrinsics=_tiles)
+def _panel_columns(a, panels, bounds, p0, p1, n, out):
+    """out[:, p0*PANEL : p1*PANEL] (cut at n) = a @ W's panels p0..p1-1, the chain kernel's sums."""
+    rows = a.shape[0]
+    scratch = np.empty((ROW_TILE, PANEL), np.float32)  # the last panel's columns past n land here
+    for p in range(p0, p1):
+        w = panels[p]
+        j0 = p * PANEL
+        width = min(PANEL, n - j0)
+        for m in range(rows):
+            for j in range(width):
+                out[m, j0 + j] = 0.0
+        for b in range(len(bounds) - 1):
+            k0, k1 = bounds[b], bounds[b + 1]
+            i0 = 0
+            while i0 < rows:
+                count = min(ROW_TILE, rows - i0)
+                target, o0, c0 = out, i0, j0
+                if width < PANEL:
+                    scratch[:, :] = 0.0
+                    target, o0, c0 = scratch, 0, 0
+                if count == 6:
+                    tile_6(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821 - bound by `intrinsics`
+                elif count == 5:
+                    tile_5(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821
+                elif count == 4:
+                    tile_4(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821
+                elif count == 3:
+                    tile_3(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821
+                elif count == 2:
+                    tile_2(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821
+                else:
+                    tile_1(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821
+                if width < PANEL:
+                    for m in range(count):
+                        for j in range(width):
+                            out[i0 + m, j0 + j] += scratch[m, j]
+                i0 += count
+
+
+@jit(fastmath=IN_ORDER, calls=(_panel_columns,))
+def _panel_blocks(a, panels, bounds, blocks, n, out):
+    """_panel_columns on each range of panels [blocks[i, 0], blocks[i, 1]) (the parallel build:
+    one per thread)."""
+    for i in prange(blocks.shape[0]):
+        _panel_columns(a, panels, bounds, blocks[i, 0], blocks[i, 1], n, out)
+
+
+def panel_product(a: np.ndarray, panels: np.ndarray, n: int, edges: np.ndarray) -> np.ndarray | None:
+    """a [M, K] @ W [K, n] from W's `pack_panels`, K cut at `edges`; None when compiled kernels are off."""
+    kernel = _panel_columns.get()
+    if kernel is None:
+        return None
+    a = np.ascontiguousarray(a, np.float32)
+    out = np.empty((a.shape[0], n), np.float32)
+    count = panels.shape[0]
+    over_column_blocks(panel_blocks(count, a.shape[0] * panels.shape[1] * n), count,
+                       lambda p0, p1: kernel(a, panels, edges, p0, p1, n, out), _panel_blocks,
+                       lambda spread, array: spread(a, panels, edges, array, n, out))
+    return out
