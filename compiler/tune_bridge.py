@@ -41,7 +41,7 @@ def _schemas() -> dict[tuple[str, str], list[tuple[int, frozenset]]]:
 
 
 def _known_to_onnxruntime(step: dict, opset: int) -> bool:
-    for node in bridge_nodes(step):
+    for node in bridge_nodes(step, opset):
         domain = node.get("domain") or ""
         versions = [v for v in _schemas().get((domain, node["op"]), []) if v[0] <= (opset if domain == "" else 1)]
         if not versions or not set(node.get("attrs") or {}) <= max(versions, key=lambda v: v[0])[1]:
@@ -58,11 +58,14 @@ def _shape_steps(program: Program) -> set[int]:
     return {index for index, kind in enumerate(kinds) if kind != PLAIN}
 
 
-def bridge_candidates(program: Program, shapes_by_level: dict) -> set[int]:
-    """Indices of the steps that may bridge runs of tactic steps."""
-    found, shape_steps = set(), _shape_steps(program)
+def bridge_candidates(program: Program, shapes_by_level: dict, shape_steps: bool = False) -> set[int]:
+    """Indices of the steps that may bridge runs of tactic steps; with `shape_steps`, also the
+    exporter's shape arithmetic between them (a transformer's Shape -> Gather -> Concat before each
+    Reshape would otherwise split every layer's run in three: on a small model the session calls
+    and thread wake-ups cost more than onnxruntime recomputing a few integers each run)."""
+    found, memoized = set(), set() if shape_steps else _shape_steps(program)
     for index, step in enumerate(program.steps):
-        if (step.get("tactic") or index in shape_steps or not is_bridge_step(step)
+        if (step.get("tactic") or index in memoized or not is_bridge_step(step)
                 or not _known_to_onnxruntime(step, program.opset)):
             continue
         values = [name for name in step["inputs"] if name and name not in program.weights]

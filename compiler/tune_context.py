@@ -4,7 +4,8 @@ Timed alone, a step runs with its input in cache and onnxruntime's worker thread
 program neither holds, and consecutive marked steps run as one session (`"tactic_group"`), which
 keeps onnxruntime's blocked layout between them: a step slower alone can pay there. So the program
 runs at the opt shapes without marks and with the marks up to each TIERS ratio, each also with the
-bridges that join its runs (tune_bridge.py), interleaved; every variant's outputs are checked
+bridges that join its runs (tune_bridge.py), and with those and the shape arithmetic between them,
+interleaved; every variant's outputs are checked
 against the unmarked program's, and the fastest stays if it beats the unmarked program. The choice
 is kept in the timing cache under a key of the program, feed shapes, target and infc's source, and
 replayed by rebuilds (outputs still checked), so the same model and profile build the same plan.
@@ -53,11 +54,13 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
     if not marked:
         return {}
     bridges = bridge_candidates(program, shapes_by_level or {})
+    shape_bridges = bridge_candidates(program, shapes_by_level or {}, shape_steps=True)
     subsets = {"none": frozenset()}
     for tier in TIERS:
         chosen = frozenset(i for i, step in marked.items() if _ratio(step) <= tier)
         label = f"ratio<={tier:g}" if math.isfinite(tier) else "all"
-        for keep, name in ((chosen, label), (with_bridges(len(program.steps), chosen, bridges), f"{label}+bridges")):
+        for keep, name in ((chosen, label), (with_bridges(len(program.steps), chosen, bridges), f"{label}+bridges"),
+                           (with_bridges(len(program.steps), chosen, shape_bridges), f"{label}+bridges+shapes")):
             if keep and keep not in subsets.values():
                 subsets[name] = keep
     names = [o["name"] for o in program.outputs]
@@ -67,7 +70,7 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
         subsets = {label: subsets[label] for label in dict.fromkeys(("none", replayed.winner.impl))}
 
     dtypes = {index: input_dtypes(program.steps[index], shapes_by_level or {}, program.weights)
-              for index in set(marked) | bridges}
+              for index in set(marked) | shape_bridges}
 
     def executor(keep):
         steps = _with_marks(program.steps, keep, dtypes)

@@ -232,3 +232,65 @@ def test_a_qdq_pair_between_convolutions_bridges_and_matches_onnxruntime():
     executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
     assert len(executor._steps) == 1
     _assert_matches_onnxruntime(model, executor, names, batch=2, seed=7, rtol=tune_context.AGREE_RTOL_QUANTIZED)
+
+
+def _llama_feeds(batch: int, seq: int, past: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    feeds = {"input_ids": rng.integers(0, 100, (batch, seq)), "attention_mask": np.ones((batch, past + seq), np.int64),
+             "position_ids": np.tile(np.arange(past, past + seq), (batch, 1))}
+    for layer in range(2):
+        for kind in ("key", "value"):
+            feeds[f"past_key_values.{layer}.{kind}"] = rng.standard_normal((batch, 2, past, 16)).astype(np.float32)
+    return feeds
+
+
+def _mark_matmuls(program) -> frozenset:
+    """The GEMMs marked for onnxruntime, as a build that timed them faster there would."""
+    for step in program.steps:
+        if step["op"] == "MatMul":
+            step.update(tactic=TACTIC, tactic_ratio=0.9)
+    return frozenset(i for i, step in enumerate(program.steps) if step["op"] == "MatMul")
+
+
+LLAMA_LEVELS = {"min": _llama_feeds(1, 1, 0, 1), "opt": _llama_feeds(2, 8, 8, 1), "max": _llama_feeds(4, 32, 32, 1)}
+
+
+@pytest.mark.parametrize("fixture", ["llama_ts", "llama_dynamo"])  # opset 17 and 18: Split's two forms
+def test_shape_arithmetic_and_gated_activations_bridge_into_one_session_that_matches_onnxruntime(fixture):
+    """On a small transformer the session calls between the exporter's shape arithmetic cost more
+    than onnxruntime recomputing it: with `shape_steps`, Shape chains, SwiGLU's GatedActivation (as
+    Split, QuickGelu, Mul) and RotaryEmbedding join the run, and the program still matches
+    onnxruntime on the original model at another shape."""
+    from infc.compiler.testing import FIXTURES
+
+    model = onnx.load(str(FIXTURES / f"{fixture}.onnx"))
+    program, seen = lowered_and_observed(model, LLAMA_LEVELS)
+    marked = _mark_matmuls(program)
+    plain = bridge_candidates(program, seen)
+    shapes = bridge_candidates(program, seen, shape_steps=True)
+    ops = {program.steps[i]["op"] for i in shapes - plain}
+    assert {"Shape", "Concat"} <= ops and plain < shapes
+    assert {"GatedActivation", "RotaryEmbedding"} <= {program.steps[i]["op"] for i in plain}
+    keep = with_bridges(len(program.steps), marked, shapes)
+    dtypes = {i: input_dtypes(program.steps[i], seen, program.weights) for i in keep}
+    steps = tune_context._with_marks(program.steps, keep, dtypes)
+    names = [o["name"] for o in program.outputs]
+    executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
+    assert not executor.notes and len(executor._steps) < len(program.steps) // 4
+    feeds = _llama_feeds(3, 5, 4, 9)
+    actual = [executor.run(feeds)[n] for n in names]
+    expected = ort_session(model).run([o.name for o in model.graph.output], feeds)
+    for diff in compare_outputs([o.name for o in model.graph.output], expected, actual):
+        assert diff.max_rel_diff < 1e-5, diff
+
+
+def test_the_context_check_also_times_the_runs_joined_across_shape_arithmetic():
+    from infc.compiler.testing import FIXTURES
+
+    feeds = LLAMA_LEVELS["opt"]
+    program, seen = lowered_and_observed(onnx.load(str(FIXTURES / "llama_ts.onnx")), LLAMA_LEVELS)
+    _mark_matmuls(program)
+    summary = tune_context.confirm_in_context(program, feeds, shapes_by_level=seen, budget_s=0.0)
+    assert not summary["rejected_wrong"]
+    joined = [label for label in summary["program_ms"] if label.endswith("+bridges+shapes")]
+    assert joined and all(summary["program_ms"][label] > 0 for label in joined)

@@ -56,14 +56,15 @@ BRIDGE_OPS = frozenset(
         "LogSoftmax", "LpNormalization", "LRN", "MatMul", "MatMulInteger", "Max", "MaxPool", "Mean", "Min",
         "Mish", "Mod", "Mul", "Neg", "Not", "Or", "Pad", "Pow", "PRelu", "QLinearConv", "QLinearMatMul",
         "QuantizeLinear", "Reciprocal", "ReduceL2", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
-        "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize", "Round", "Selu", "Sigmoid",
-        "Sign", "SimplifiedLayerNormalization", "Sin", "Slice", "Softmax", "Softplus", "Softsign",
+        "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Range", "Reshape", "Resize", "Round", "Selu",
+        "Shape", "Sigmoid", "Sign", "Size", "SimplifiedLayerNormalization", "Sin", "Slice", "Softmax", "Softplus", "Softsign",
         "SpaceToDepth", "Split", "Sqrt", "Squeeze", "Sub", "Sum", "Tanh", "ThresholdedRelu", "Tile", "TopK",
         "Transpose", "Trilu", "Unsqueeze", "Where", "Xor")]
     + [("com.microsoft", op) for op in (
         "BiasGelu", "FastGelu", "FusedGemm", "FusedMatMul", "Gelu", "MultiHeadAttention", "QuickGelu",
-        "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")])
+        "RotaryEmbedding", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization")])
 CHAIN = ("infc.cpu", "ElementwiseChain")  # bridges as its ops (lowering fused them from the model's nodes)
+GATED = ("infc.cpu", "GatedActivation")  # bridges as the Split, activation and Mul it fused (lower_fuse.py)
 ISLAND_OP = "__island__"  # ops without an infc kernel (lower.py): an island bridges as its subgraph's nodes
 
 
@@ -74,23 +75,37 @@ def is_conv_step(step: dict) -> bool:
 def is_vendor_step(step: dict) -> bool:
     """A step onnxruntime can run when the build marked it: timed (VENDOR_FORMS) or a bridge."""
     key = ((step.get("domain") or ""), step["op"])
-    return key in VENDOR_FORMS or key in BRIDGE_OPS or key == CHAIN or step["op"] == ISLAND_OP
+    return key in VENDOR_FORMS or key in BRIDGE_OPS or key in (CHAIN, GATED) or step["op"] == ISLAND_OP
 
 
 def is_bridge_step(step: dict) -> bool:
     key = ((step.get("domain") or ""), step["op"])
-    return (key in BRIDGE_OPS or key == CHAIN or step["op"] == ISLAND_OP) and key not in VENDOR_FORMS
+    return (key in BRIDGE_OPS or key in (CHAIN, GATED) or step["op"] == ISLAND_OP) and key not in VENDOR_FORMS
 
 
-def bridge_nodes(step: dict) -> list[dict]:
-    """The ONNX nodes a bridge step stands for ({"op", "domain", "attrs"}): itself, or a chain's ops
-    (none for an island: onnxruntime already runs its subgraph)."""
+def bridge_nodes(step: dict, opset: int = 17) -> list[dict]:
+    """The ONNX nodes a bridge step stands for ({"op", "domain", "attrs"}): itself, a chain's ops or a
+    gated activation's three (at the model's `opset`), none for an island (onnxruntime already runs
+    its subgraph)."""
     if step["op"] == ISLAND_OP:
         return []
-    if ((step.get("domain") or ""), step["op"]) == CHAIN:
+    key = ((step.get("domain") or ""), step["op"])
+    if key == CHAIN:
         return [{"op": op["op"], "domain": op.get("domain") or "", "attrs": op.get("attrs") or {}}
                 for op in step["attrs"]["ops"]]
+    if key == GATED:
+        return _gated_nodes(step["attrs"], opset)
     return [step]
+
+
+def _gated_nodes(attrs: dict, opset: int) -> list[dict]:
+    """GatedActivation as ONNX nodes: Split in two halves along the last axis, the activation of
+    the `gate` half (a com.microsoft op), Mul by the other half."""
+    split = {"axis": -1, **({"num_outputs": 2} if opset >= 18 else {})}  # equal halves: the default before 18
+    activation = attrs["activation"]
+    act_attrs = {"alpha": attrs.get("alpha", 1.702)} if activation == "QuickGelu" else {}
+    return [{"op": "Split", "domain": "", "attrs": split}, {"op": activation, "domain": "com.microsoft", "attrs": act_attrs},
+            {"op": "Mul", "domain": "", "attrs": {}}]
 
 
 def _form(step: dict) -> tuple:
@@ -148,7 +163,7 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
             for entry in island.opset_import:
                 opsets[entry.domain] = max(opsets.get(entry.domain, 0), entry.version)
             continue
-        nodes += _onnx_nodes(member, names, decode)
+        nodes += _onnx_nodes(member, names, decode, opsets[""])
     for domain in {node.domain for node in nodes if node.domain} - set(opsets):
         opsets[domain] = _OPSETS.get(domain, 1)
     handed = {name: np.ascontiguousarray(value) for name, value in constants.items() if _is_handed(value)}
@@ -197,12 +212,21 @@ def _external_stub(name: str, value: np.ndarray):
     return stub
 
 
-def _onnx_nodes(member: dict, names: list[str], decode) -> list:
+def _onnx_nodes(member: dict, names: list[str], decode, opset: int) -> list:
     """The member's onnxruntime form as ONNX nodes; an ElementwiseChain is its ops, one node each,
     their intermediate values named after the chain's output."""
     from onnx import helper  # noqa: PLC0415
 
     key = ((member.get("domain") or ""), member["op"])
+    if key == GATED:
+        split, activation, product = _gated_nodes(decode(member.get("attrs") or {}), opset)
+        out = member["outputs"][0]
+        halves = [f"{out}::gated.0", f"{out}::gated.1"]
+        gate, up = halves if member["attrs"].get("gate", 0) == 0 else halves[::-1]
+        return [helper.make_node("Split", names[:1], halves, **split["attrs"]),
+                helper.make_node(activation["op"], [gate], [f"{out}::gated.act"], domain="com.microsoft",
+                                 **{k: _attr(v) for k, v in activation["attrs"].items()}),
+                helper.make_node("Mul", [f"{out}::gated.act", up], [out])]
     if key != CHAIN:
         domain, op, _, keeps_attrs = _form(member)
         attrs = {k: _attr(v) for k, v in decode(member.get("attrs") or {}).items()} if keeps_attrs else {}
