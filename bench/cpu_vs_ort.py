@@ -2,12 +2,12 @@
 inputs go through an infc plan and an onnxruntime session (ORT_ENABLE_ALL); p50 latency of both
 and their ratio, then the geometric mean.
 
-    python bench/cpu_vs_ort.py [--iterations N] [--models SUBSTR ...] [--keep-openblas-env]
+    python bench/cpu_vs_ort.py [--iterations N] [--models SUBSTR ...] [--keep-openblas-env] [--tag TAG] [--no-write]
 
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE slow NumPy's BLAS on these machines; unless
 --keep-openblas-env is given, this script re-runs itself once with both unset (and says so), so
-both runtimes get the machine's real BLAS kernels. Results: bench/results/cpu_vs_ort-<date>.json
-and docs/cpu-vs-ort.md.
+both runtimes get the machine's real BLAS kernels. Results: bench/results/cpu_vs_ort[-TAG]-<date>.json
+and the top of docs/cpu-vs-ort.md (its "## " sections are kept).
 """
 
 from __future__ import annotations
@@ -89,6 +89,7 @@ def main():
     parser.add_argument("--models", nargs="*", default=[])
     parser.add_argument("--keep-openblas-env", action="store_true")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--tag", default="", help="added to the results file's name (a machine's name: runs on two machines the same day keep both)")
     args = parser.parse_args()
     if not args.keep_openblas_env and any(v in os.environ for v in OPENBLAS_VARS):
         env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_VARS}
@@ -122,16 +123,30 @@ def main():
     if args.no_write:
         return
     date = datetime.date.today().isoformat()
-    meta = {"date": date, "machine": f"{platform.machine()}, {os.cpu_count()} cores", "onnxruntime": onnxruntime.__version__,
+    meta = {"date": date, "machine": f"{platform.machine()}, {os.cpu_count()} cores{_cpu_model()}", "onnxruntime": onnxruntime.__version__,
             "numpy": np.__version__, "openblas_env": openblas_note, "iterations": args.iterations}
     (ROOT / "bench" / "results").mkdir(exist_ok=True)
-    (ROOT / "bench" / "results" / f"cpu_vs_ort-{date}.json").write_text(json.dumps({"meta": meta, "rows": rows, "geomean": geomean}, indent=2))
+    tag = f"-{args.tag}" if args.tag else ""
+    (ROOT / "bench" / "results" / f"cpu_vs_ort{tag}-{date}.json").write_text(json.dumps({"meta": meta, "rows": rows, "geomean": geomean}, indent=2))
     doc = [f"# infc vs onnxruntime on the CPU ({date})", "",
            f"Command: `python bench/cpu_vs_ort.py` on {meta['machine']}; onnxruntime {meta['onnxruntime']} "
            f"(ORT_ENABLE_ALL, default threads), numpy {meta['numpy']}; OPENBLAS_CORETYPE/L2_SIZE {openblas_note}. "
            "Inputs: seeded random at each profile's opt shape (profiles/). Median of 3 interleaved medians of "
            f"{args.iterations} runs each.", "", *lines, "", summary, ""]
-    (ROOT / "docs" / "cpu-vs-ort.md").write_text("\n".join(doc))
+    path = ROOT / "docs" / "cpu-vs-ort.md"
+    earlier = path.read_text() if path.exists() else ""
+    kept = earlier[earlier.index("\n## ") + 1:] if "\n## " in earlier else ""  # the hand-written sections stay
+    path.write_text("\n".join(doc) + ("\n" + kept if kept else ""))
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f" ({line.split(':', 1)[1].strip()})"
+    except OSError:
+        pass
+    return ""
 
 
 if __name__ == "__main__":
