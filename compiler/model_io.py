@@ -43,6 +43,28 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     return model
 
 
+def check_inference_mode(model: onnx.ModelProto, path: str | os.PathLike) -> None:
+    """A Dropout whose training_mode is a constant true (with a ratio above zero) drops random
+    elements: no plan can reproduce it, and onnxruntime's outputs change from run to run. Such a
+    model was exported in training mode; say so before building (plans run inference only)."""
+    constants = {init.name: init for init in model.graph.initializer}
+    constants.update({node.output[0]: attr.t for node in model.graph.node if node.op_type == "Constant"
+                      for attr in node.attribute if attr.name == "value"})
+
+    def value(name: str):
+        tensor = constants.get(name)
+        return None if tensor is None else onnx.numpy_helper.to_array(tensor)
+
+    for node in model.graph.node:
+        if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx") or len(node.input) < 3 or not node.input[2]:
+            continue
+        training = value(node.input[2])
+        ratio = value(node.input[1]) if len(node.input) > 1 and node.input[1] else 0.5
+        if training is not None and bool(training) and (ratio is None or float(ratio) > 0):
+            raise BadInput(f"{path}: Dropout '{node.name or node.output[0]}' runs in training mode (its training_mode "
+                           "input is true), so its output is random; export the model in eval mode (torch: model.eval())")
+
+
 def _check_model(model: onnx.ModelProto, path: Path) -> None:
     """onnx's checker on the model with its large initializers given as typed inputs: the checker
     reads the graph, and serializing the weights for it took seconds on a decoder. Their data sizes

@@ -204,3 +204,27 @@ def test_bad_inputs_files(cnn_plan, tmp_path):
     assert not (tmp_path / "o.npz").exists()
     (tmp_path / "junk.npz").write_text("junk")
     one_line_error(infc("run", plan, "--inputs", tmp_path / "junk.npz"), 2, "junk.npz")
+
+
+@pytest.mark.parametrize("training, ratio, refused", [(True, 0.1, True), (False, 0.1, False), (True, 0.0, False)])
+def test_a_model_exported_in_training_mode_is_refused_before_building(tmp_path, training, ratio, refused):
+    """Dropout with a constant true training_mode drops random elements (a dynamo export of a module
+    left in train mode): the build says so in one line, exit 2, no plan; in eval form it builds."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Dropout", ["r", "ratio", "training"], ["y"], name="drop")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        [numpy_helper.from_array(np.array(ratio, np.float32), "ratio"), numpy_helper.from_array(np.array(training), "training")])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("inputs: {x: [2, 8]}\n")
+    out = tmp_path / "p.bin"
+    result = infc("build", model, "--profile", profile, "-o", out, "--no-cache")
+    if refused:
+        one_line_error(result, 2, "m.onnx", "Dropout 'drop' runs in training mode", "eval mode")
+        assert not out.exists()
+    else:
+        assert result.returncode == 0, result.stderr

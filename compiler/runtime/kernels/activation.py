@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ...errors import BadInput
 from .common import arg, clip_into, norm_axis, to_compute
 from .elementwise import erf, erf_f32
 from .jit_activation import ERF_FORM, QUICK_FORM, TANH_FORM, gated, gelu
@@ -122,7 +123,8 @@ def dropout(inputs, attrs, ctx):
     x = inputs[0]
     training = arg(inputs, 2)
     if training is not None and bool(training) and float(arg(inputs, 1) if arg(inputs, 1) is not None else 0.5) > 0:
-        raise NotImplementedError("Dropout in training mode is random")
+        raise BadInput("Dropout runs in training mode (training_mode true): its output is random, and plans run "
+                       "inference only")
     return [x, np.ones(x.shape, dtype=bool)]
 
 
