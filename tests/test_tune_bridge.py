@@ -294,3 +294,27 @@ def test_the_context_check_also_times_the_runs_joined_across_shape_arithmetic():
     assert not summary["rejected_wrong"]
     joined = [label for label in summary["program_ms"] if label.endswith("+bridges+shapes")]
     assert joined and all(summary["program_ms"][label] > 0 for label in joined)
+
+
+def test_a_tensor_attribute_stays_a_tensor_in_the_session():
+    """ConstantOfShape's value is a tensor attribute: the session gets it as one (as a list of
+    numbers onnxruntime would refuse it)."""
+    rng = np.random.default_rng(4)
+    w1, w2 = (numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), name) for name in ("w1", "w2"))
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Shape", ["h"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["c"], value=numpy_helper.from_array(np.array([0.5], np.float32))),
+             helper.make_node("Add", ["h", "c"], ["a"]), helper.make_node("MatMul", ["a", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], [w1, w2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    levels = {level: {"x": rng.standard_normal((n, 8)).astype(np.float32)} for level, n in (("min", 1), ("opt", 3), ("max", 5))}
+    program, seen = lowered_and_observed(model, levels)
+    marked = _mark_matmuls(program)
+    keep = with_bridges(len(program.steps), marked, bridge_candidates(program, seen, shape_steps=True))
+    assert "ConstantOfShape" in {program.steps[i]["op"] for i in keep}
+    steps = tune_context._with_marks(program.steps, keep, {i: input_dtypes(program.steps[i], seen, program.weights) for i in keep})
+    names = [o["name"] for o in program.outputs]
+    executor = Executor(steps, program.weights, program.opset, program.islands, output_names=names)
+    assert not executor.notes and len(executor._steps) == 1
+    feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32)}
+    np.testing.assert_allclose(executor.run(feeds)["y"], ort_session(model).run(["y"], feeds)[0], rtol=1e-5, atol=1e-6)

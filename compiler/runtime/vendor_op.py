@@ -48,7 +48,7 @@ _OPSETS = {"": 17, "com.microsoft": 1}  # Conv and MatMul are unchanged since op
 BRIDGE_OPS = frozenset(
     [("", op) for op in (
         "Abs", "Add", "And", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Celu",
-        "Clip", "Concat", "ConvInteger", "ConvTranspose", "Cos", "CumSum", "DepthToSpace", "DequantizeLinear",
+        "Clip", "Concat", "ConstantOfShape", "ConvInteger", "ConvTranspose", "Cos", "CumSum", "DepthToSpace", "DequantizeLinear",
         "Div", "Einsum", "Elu", "Equal", "Erf", "Exp", "Expand", "Flatten", "Floor", "Gather",
         "GatherElements", "GatherND", "Gelu", "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater",
         "GreaterOrEqual", "GroupNormalization", "HardSigmoid", "HardSwish", "Identity",
@@ -229,16 +229,26 @@ def _onnx_nodes(member: dict, names: list[str], decode, opset: int) -> list:
                 helper.make_node("Mul", [f"{out}::gated.act", up], [out])]
     if key != CHAIN:
         domain, op, _, keeps_attrs = _form(member)
-        attrs = {k: _attr(v) for k, v in decode(member.get("attrs") or {}).items()} if keeps_attrs else {}
+        attrs = _node_attrs(member.get("attrs") or {}, decode) if keeps_attrs else {}
         return [helper.make_node(op, names, list(member["outputs"]), domain=domain, **attrs)]
     ops, out = member["attrs"]["ops"], member["outputs"][0]
     results = [f"{out}::chain.{k}" for k in range(len(ops) - 1)] + [out]
     nodes = []
     for op, result in zip(ops, results):
         args = ["" if arg is None else names[arg] if arg >= 0 else results[-1 - arg] for arg in op["args"]]
-        attrs = {k: _attr(v) for k, v in decode(op.get("attrs") or {}).items()}
-        nodes.append(helper.make_node(op["op"], args, [result], domain=op.get("domain") or "", **attrs))
+        nodes.append(helper.make_node(op["op"], args, [result], domain=op.get("domain") or "",
+                                      **_node_attrs(op.get("attrs") or {}, decode)))
     return nodes
+
+
+def _node_attrs(attrs: dict, decode) -> dict:
+    """A step's JSON attributes as ONNX node attributes: a tensor attribute (ConstantOfShape's
+    value) stays a tensor, where its decoded array would become a list of numbers."""
+    from onnx import numpy_helper  # noqa: PLC0415
+
+    decoded = decode(attrs)
+    return {k: numpy_helper.from_array(np.asarray(v)) if isinstance(attrs[k], dict) and "tensor" in attrs[k] else _attr(v)
+            for k, v in decoded.items()}
 
 
 # Runs of consecutive tactic steps (a ResNet block's convolutions, a MobileNet's whole body) are one
