@@ -297,3 +297,23 @@ def test_malformed_steps_are_left_to_the_numpy_path():
     assert attend(q.astype(np.float64), pool, pool, tables, starts, np.array([3], np.int32), 2, 1.0) is None
     if jit.enabled():
         assert attend(q, pool, pool, tables, starts, np.array([3], np.int32), 2, 1.0) is not None
+
+
+@needs_jit
+def test_new_rows_are_written_into_the_pools_as_the_numpy_path_writes_them():
+    from infc.compiler.runtime.kernels.paged_attention import _write_kv
+
+    rng = np.random.default_rng(13)
+    k_pool, v_pool = (rng.standard_normal((6, 2, 4, 8)).astype(np.float32) for _ in range(2))
+    pools = [k_pool, v_pool, k_pool.copy(), v_pool.copy()]
+    k_new, v_new = (rng.standard_normal((1, 2, 5, 8)).astype(np.float32) for _ in range(2))
+    slots = np.array([3, 4, 17, 0, 23])
+    assert jit_paged_attention.write_pools(pools[0], pools[1], k_new, v_new, slots)
+    _write_kv(pools[2], k_new, slots)
+    _write_kv(pools[3], v_new, slots)
+    assert np.array_equal(pools[0], pools[2]) and np.array_equal(pools[1], pools[3])
+    before = [p.copy() for p in pools[:2]]
+    for outside in (24, -1):  # past the pools, negative: nothing written, the NumPy path judges it
+        assert not jit_paged_attention.write_pools(pools[0], pools[1], k_new, v_new, np.array([3, 4, outside, 0, 1]))
+        assert all(np.array_equal(p, b) for p, b in zip(pools[:2], before))
+    assert not jit_paged_attention.write_pools(pools[0], pools[1], k_new.astype(np.float64), v_new, slots)

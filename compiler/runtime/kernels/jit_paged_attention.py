@@ -48,7 +48,7 @@ from .common import parallel_for
 ROWS = 16  # query rows per task: their q and outputs (x group) stay in L1, the scores in L2
 _PARTS = 8  # runs of tasks handed to parallel_for: enough to even out prefill chunks of unequal cost
 _SEQ, _KV_HEAD, _ROW, _NUM_ROWS, _LENGTH = range(5)  # the columns of a task
-SPREAD_MIN_BYTES = 1 << 15  # K/V read from which a step's tasks go to numba's threads: the pools come from memory
+SPREAD_MIN_BYTES = 3 << 17  # K/V read from which a step's tasks go to numba's threads (measured: below, one thread is as fast)
 STRIDE = 4  # positions whose dot products (and value rows) one loop pass takes together
 
 # float32 exp for the softmax, vectorizable (a libm call per element is not): exp(r) * 2^n with
@@ -269,6 +269,57 @@ def _plan_tasks(starts, context_lens, num_q_rows, table_width, block_size, kv_he
     return ok, tasks, cost, read
 
 
+@jit
+def _write_pools(k_pool, v_pool, k_new, v_new, slots):
+    """The step's new K/V rows (k_new, v_new [kvN, T, H]) into the pools at `slots` (one NumPy
+    fancy-index assignment per pool costs more, above all with cold caches between a step's
+    GEMMs). False, writing nothing, when a slot lies outside the pools (the NumPy path raises)."""
+    num_blocks, kv_heads, block_size, head_dim = k_pool.shape
+    for t in range(slots.shape[0]):
+        if slots[t] < 0 or slots[t] >= num_blocks * block_size:
+            return False
+    for t in range(slots.shape[0]):
+        block, offset = slots[t] // block_size, slots[t] % block_size
+        for h in range(kv_heads):
+            for d in range(head_dim):
+                k_pool[block, h, offset, d] = k_new[h, t, d]
+                v_pool[block, h, offset, d] = v_new[h, t, d]
+    return True
+
+
+def write_pools(k_pool, v_pool, k_new, v_new, slots) -> bool:
+    """Compiled write of the new K/V [1, kvN, T, H] into float32 pools; False where the caller must
+    take the NumPy path (compiled kernels off, other dtypes or shapes, a slot outside the pools)."""
+    kernel, f32 = _write_pools.get(), np.float32
+    if kernel is None or k_pool.dtype != f32 or v_pool.dtype != f32 or k_new.dtype != f32 or v_new.dtype != f32:
+        return False
+    if k_pool.ndim != 4 or k_pool.shape != v_pool.shape or not (k_pool.flags.c_contiguous and v_pool.flags.c_contiguous):
+        return False
+    if k_new.shape != v_new.shape or k_new.ndim != 4 or k_new.shape[0] != 1 or k_new.shape[1] != k_pool.shape[1] \
+            or k_new.shape[3] != k_pool.shape[3] or k_new.shape[2] != slots.shape[0]:
+        return False
+    return bool(kernel(k_pool, v_pool, k_new[0], v_new[0], np.asarray(slots, np.int64)))
+
+
+@jit
+def _part_bounds(cost, parts):
+    """Task indices cutting `cost` (running totals) into up to `parts` runs of about equal work,
+    empty runs dropped: [0, ..., len(cost)] (NumPy's unique of a searchsorted, in one call)."""
+    bounds = np.empty(parts + 1, np.int64)
+    bounds[0], count, t = 0, 1, 0
+    for p in range(1, parts + 1):
+        target = cost[-1] * p / parts
+        while t < cost.shape[0] and cost[t] <= target:
+            t += 1
+        if t > bounds[count - 1]:
+            bounds[count] = t
+            count += 1
+    if bounds[count - 1] < cost.shape[0]:
+        bounds[count] = cost.shape[0]
+        count += 1
+    return bounds[:count]
+
+
 def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scale: float,
            softcap: float = 0.0, window: int = 0, slopes: np.ndarray | None = None) -> np.ndarray | None:
     """[T, N * H] float32 attention of q [..., T, N * H] over the pools (the new tokens' K/V already
@@ -295,12 +346,13 @@ def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scal
     tables = np.ascontiguousarray(tables, np.int64)
     scale, softcap, window = float(scale), float(softcap), int(window)
     read *= kv_heads * head_dim * 2 * k_pool.itemsize
-    spread = _attend_parts.get_parallel() if len(tasks) >= 2 and read >= SPREAD_MIN_BYTES else None
-    if spread is None and (read < PARALLEL_MIN_BYTES or len(tasks) < 2):  # not worth a hand-off to the helper
+    spread = _attend_parts.get_parallel() if len(tasks) >= 2 else None
+    # one thread below these sizes: numba's threads (when there) from SPREAD_MIN_BYTES, else the
+    # helper thread from PARALLEL_MIN_BYTES (its hand-off costs a GIL round trip)
+    if len(tasks) < 2 or read < (PARALLEL_MIN_BYTES if spread is None else SPREAD_MIN_BYTES):
         return out if kernel(q2, k_pool, v_pool, tables, tasks, scale, softcap, window, slopes, group, out) else None
     # runs of consecutive tasks of about equal cost: a prefill block costs far more than a decode row
-    bounds = np.unique(np.searchsorted(cost, cost[-1] * np.arange(_PARTS + 1) / _PARTS, side="right"))
-    bounds[0] = 0
+    bounds = _part_bounds.get()(cost, _PARTS)
     if spread is not None:  # numba's threads: no GIL round trip (runtime/jit.py)
         ok = np.zeros(len(bounds) - 1, np.bool_)
         spread(q2, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, slopes, group, out, ok)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit_paged_attention import attend
+from .jit_paged_attention import attend, write_pools
 
 
 def _write_kv(pool: np.ndarray, new_BNTH: np.ndarray, slots: np.ndarray) -> None:
@@ -58,8 +58,9 @@ def paged_attention(inputs, attrs, ctx):
     heads, kv_heads, scale = attrs["num_heads"], attrs["kv_num_heads"], attrs["scale"]
     softcap, window = float(attrs.get("softcap", 0.0)), int(attrs.get("window", 0))
     slopes = np.asarray(attrs.get("alibi_slopes", ()), np.float32)
-    _write_kv(k_pool, k_new, slots)
-    _write_kv(v_pool, v_new, slots)
+    if not write_pools(k_pool, v_pool, k_new, v_new, slots):
+        _write_kv(k_pool, k_new, slots)
+        _write_kv(v_pool, v_new, slots)
     # float32 plans: one compiled pass over the pools (jit_paged_attention.py) when numba is there
     out = attend(q, k_pool, v_pool, tables, starts, context_lens, heads, scale, softcap, window, slopes) \
         if k_pool.shape[1] == kv_heads else None
