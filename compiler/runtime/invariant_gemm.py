@@ -34,6 +34,7 @@ shapes run in float64) and Sandybridge's (no fused multiply-add).
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -202,9 +203,13 @@ def own_order_product(a: np.ndarray, w: np.ndarray, panels: np.ndarray | None = 
     return _chained(a, w, edges)
 
 
+@functools.lru_cache(maxsize=512)
 def own_edges(k: int) -> np.ndarray:
-    """Where the own order cuts K (a function of K alone)."""
-    return np.asarray(k_blocks(k, OWN_DEPTH, 1), np.int64)
+    """Where the own order cuts K (a function of K alone; one read-only array per K: decode steps
+    ask for it on every GEMM)."""
+    edges = np.asarray(k_blocks(k, OWN_DEPTH, 1), np.int64)
+    edges.flags.writeable = False
+    return edges
 
 
 def _chained(a: np.ndarray, w: np.ndarray, edges: np.ndarray) -> np.ndarray | None:

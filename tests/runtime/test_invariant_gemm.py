@@ -131,6 +131,9 @@ def test_a_shape_the_probe_rejected_runs_in_the_chain_kernels_own_order(rng, mon
         assert 1 not in ctx.memo  # no float64 weight: the float32 own-order kernel ran, on panels
         assert np.array_equal(ctx.memo["panels"][1], panel_gemm.pack_panels(w))
         assert np.array_equal(full, invariant_gemm.own_order_product(a, w))  # the chain kernel's sums
+        assert ctx.memo["own"][0] is w  # later calls go straight to the panels, with the same bits
+        (again,) = run([a[:7], w], attrs, ctx)
+        assert np.array_equal(again, full[:7])
         for start, m in ((0, 1), (5, 3), (9, 8), (3, 17), (0, 33)):
             (part,) = run([a[start:start + m], w], attrs, KernelContext(17))
             assert np.array_equal(part, full[start:start + m]), f"{m} rows from {start}"

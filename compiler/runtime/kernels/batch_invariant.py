@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import jit
-from ..invariant_gemm import codes_rows_product, min_rows, own_order_product, row_invariant_product
+from ..invariant_gemm import codes_rows_product, min_rows, own_edges, own_order_product, row_invariant_product
 from ...plan.format import release_mapped_pages
-from ..panel_gemm import pack_panels
+from ..panel_gemm import pack_panels, panel_product
 from .common import KernelContext
 
 
@@ -74,6 +74,13 @@ def _panels(w: np.ndarray, ctx) -> np.ndarray | None:
 
 
 def batch_invariant(inputs, attrs, ctx):
+    own = ctx.memo.get("own")  # (weight, panels, edges) once the weight is known to run on panels
+    a = inputs[0]
+    if own is not None and len(inputs) == 2 and inputs[1] is own[0] and a is not None and a.dtype == np.float32 \
+            and a.ndim >= 2 and a.shape[-1] == own[0].shape[0] and a.size:  # a decode step's 122 GEMMs: no re-checks
+        y = panel_product(a.reshape(-1, a.shape[-1]), own[1], own[0].shape[1], own[2])
+        if y is not None:
+            return [y.reshape(*a.shape[:-1], own[0].shape[1])]
     operands = _float32_rows(inputs, attrs)
     if operands is None:
         return float64_op(inputs, attrs, ctx)
@@ -82,8 +89,13 @@ def batch_invariant(inputs, attrs, ctx):
     y = None
     if "weight_group" in attrs:
         y = codes_rows_product(rows, w, (*inputs[2:], attrs["weight_group"]), rows_from)
-    if y is None:
-        y = own_order_product(rows, w, _panels(w, ctx)) if rows_from is None else row_invariant_product(rows, w, rows_from)
+    if y is None and rows_from is None:
+        panels = _panels(w, ctx)
+        y = own_order_product(rows, w, panels)
+        if panels is not None and "weight_group" not in attrs:
+            ctx.memo["own"] = (w, panels, own_edges(w.shape[0]))
+    elif y is None:
+        y = row_invariant_product(rows, w, rows_from)
     if y is None:
         return float64_op(inputs, attrs, ctx)
     return [y.reshape(*inputs[0].shape[:-1], w.shape[1])]
