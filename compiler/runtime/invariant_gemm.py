@@ -180,7 +180,7 @@ def gemm_invariance_report() -> dict[str, str]:
 
     def how(shape, rows):
         if not rows:
-            return ("float32 on the chain kernel for every row count (this BLAS's rows change with M)"
+            return ("float32 in infc's own order for every row count, on packed weight panels (this BLAS's rows change with M)"
                     if jit.enabled() else "float64 (the probe found no usable threshold)")
         chain = f"; 1-{max(CHAIN_ROWS, rows - 1)} rows on the chain kernel" if shape in chained else ""
         return f"float32, from {rows} rows{chain}"

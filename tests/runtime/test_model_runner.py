@@ -92,4 +92,4 @@ def test_warm_up_leaves_the_pool_zeroed_and_changes_no_result(runner):
     gemm_shapes = {f"{w.shape[0]}x{w.shape[1]}" for step in runner.executor._steps if step.key == ("infc", "BatchInvariant")
                    for w in [runner.executor._weights.get(step.inputs[1])] if w is not None and w.ndim == 2}
     assert gemm_shapes and gemm_shapes <= set(report)
-    assert all(report[shape].startswith(("float32, from", "float32 on the chain kernel", "float64")) for shape in gemm_shapes)
+    assert all(report[shape].startswith(("float32, from", "float32 in infc's own order", "float64")) for shape in gemm_shapes)
