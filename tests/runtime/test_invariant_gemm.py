@@ -129,7 +129,7 @@ def test_a_shape_the_probe_rejected_runs_in_the_chain_kernels_own_order(rng, mon
         (full,) = run([a, w], attrs, ctx)
         np.testing.assert_allclose(full, want, rtol=1e-4, atol=1e-4)
         assert 1 not in ctx.memo  # no float64 weight: the float32 own-order kernel ran, on panels
-        assert np.array_equal(ctx.memo["panels"][1], panel_gemm.pack_panels(w))
+        assert np.array_equal(ctx.memo["own"][1], panel_gemm.pack_panels(w))
         assert np.array_equal(full, invariant_gemm.own_order_product(a, w))  # the chain kernel's sums
         assert ctx.memo["own"][0] is w  # later calls go straight to the panels, with the same bits
         (again,) = run([a[:7], w], attrs, ctx)

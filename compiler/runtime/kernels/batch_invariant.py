@@ -62,15 +62,16 @@ def float64_op(inputs, attrs, ctx):
 
 
 def _panels(w: np.ndarray, ctx) -> np.ndarray | None:
-    """The weight packed for the own-order panel kernel, once per step (kept in the step's memo; the
-    plan's mapped weight gives its resident pages back), when compiled kernels are on."""
-    cached = ctx.memo.get("panels")
-    if cached is None or cached[0] is not w:
+    """The weight packed for the own-order panel kernel, once per step, when compiled kernels are on:
+    the step's memo keeps (weight, panels, cut of K) under "own", which later calls go straight to;
+    the plan's mapped weight gives its resident pages back."""
+    own = ctx.memo.get("own")
+    if own is None or own[0] is not w:
         if not jit.enabled():
             return None
-        cached = ctx.memo["panels"] = (w, pack_panels(w))
+        own = ctx.memo["own"] = (w, pack_panels(w), own_edges(w.shape[0]))
         release_mapped_pages(w)  # read again only if compiled kernels are turned off
-    return cached[1]
+    return own[1]
 
 
 def batch_invariant(inputs, attrs, ctx):
@@ -89,13 +90,8 @@ def batch_invariant(inputs, attrs, ctx):
     y = None
     if "weight_group" in attrs:
         y = codes_rows_product(rows, w, (*inputs[2:], attrs["weight_group"]), rows_from)
-    if y is None and rows_from is None:
-        panels = _panels(w, ctx)
-        y = own_order_product(rows, w, panels)
-        if panels is not None and "weight_group" not in attrs:
-            ctx.memo["own"] = (w, panels, own_edges(w.shape[0]))
-    elif y is None:
-        y = row_invariant_product(rows, w, rows_from)
+    if y is None:
+        y = own_order_product(rows, w, _panels(w, ctx)) if rows_from is None else row_invariant_product(rows, w, rows_from)
     if y is None:
         return float64_op(inputs, attrs, ctx)
     return [y.reshape(*inputs[0].shape[:-1], w.shape[1])]
