@@ -85,6 +85,21 @@ def input_dtypes(step: dict, shapes_by_level: dict, weights: dict) -> dict[str, 
             if name and name not in weights and name in seen and seen[name][1] != "float32"}
 
 
+def input_ranks(step: dict, shapes_by_level: dict, weights: dict) -> dict[str, int]:
+    """The step's inputs (not weights) with the rank they have at every profile level: a session
+    that the step starts declares them with it ("tactic_ranks", runtime/vendor_op.py). onnxruntime's
+    NCHWc layout pass needs the rank: without it a pooling after the first convolution stays in
+    NCHW and every residual convolution reading it reorders (a ResNet's first stage)."""
+    ranks = {}
+    for name in step["inputs"]:
+        if not name or name in weights:
+            continue
+        seen = {len(level[name][0]) for level in shapes_by_level.values() if name in level}
+        if len(seen) == 1 and all(name in level for level in shapes_by_level.values()):
+            ranks[name] = seen.pop()
+    return ranks
+
+
 def with_bridges(num_steps: int, keep: frozenset, bridges: set[int]) -> frozenset:
     """`keep` and the bridges that sit in a run of consecutive kept-or-bridge steps holding a kept
     step (a run of bridges alone stays infc's)."""

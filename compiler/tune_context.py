@@ -27,7 +27,7 @@ from .autotune.key import TuningKey
 from .autotune.tuner import CandidateResult, TuneResult
 from .lower import Program
 from .runtime.vendor_op import TACTIC
-from .tune_bridge import bridge_candidates, input_dtypes, with_bridges
+from .tune_bridge import bridge_candidates, input_dtypes, input_ranks, with_bridges
 from .tune_vendor import INTEGER_STEPS, TACTIC_FIELDS
 
 CONFIRM_BUDGET_S = 1.0  # per program variant, for the in-context check
@@ -71,9 +71,11 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
 
     dtypes = {index: input_dtypes(program.steps[index], shapes_by_level or {}, program.weights)
               for index in set(marked) | shape_bridges}
+    ranks = {index: input_ranks(program.steps[index], shapes_by_level or {}, program.weights)
+             for index in set(marked) | shape_bridges}
 
     def executor(keep):
-        steps = _with_marks(program.steps, keep, dtypes)
+        steps = _with_marks(program.steps, keep, dtypes, ranks)
         return Executor(steps, program.weights, program.opset, program.islands, output_names=names, trial=True)
 
     sides, wrong = {}, []
@@ -96,7 +98,7 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
     if replayed is not None and replayed.winner.impl in subsets:
         best = replayed.winner.impl if replayed.winner.impl in sides else "none"
         medians = {c.config.impl: round(c.median_s * 1e3, 4) for c in replayed.candidates if c.is_ok}
-        return _keep(program, marked, subsets, best, dtypes, wrong, medians, 0, cached=True)
+        return _keep(program, marked, subsets, best, (dtypes, ranks), wrong, medians, 0, cached=True)
     times: dict[str, list[float]] = {label: [] for label in sides}
     racing, started = dict(sides), clock()
     while len(times["none"]) < CONFIRM_MIN_RUNS or (clock() < started + budget_s * len(racing)
@@ -116,13 +118,13 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
     if key is not None:
         cache.put(_context_result(key, best, times, wrong))
         cache.save()
-    return _keep(program, marked, subsets, best, dtypes, wrong, medians, len(times["none"]), cached=False)
+    return _keep(program, marked, subsets, best, (dtypes, ranks), wrong, medians, len(times["none"]), cached=False)
 
 
-def _keep(program: Program, marked: dict, subsets: dict, best: str, dtypes: dict, wrong: list, medians: dict,
+def _keep(program: Program, marked: dict, subsets: dict, best: str, inputs: tuple, wrong: list, medians: dict,
           num_runs: int, cached: bool) -> dict:
     """Leaves the program with the `best` subset's marks; the build report's summary."""
-    program.steps[:] = _with_marks(program.steps, subsets[best], dtypes)
+    program.steps[:] = _with_marks(program.steps, subsets[best], *inputs)  # (dtypes, ranks) of session inputs
     groups = {step["tactic_group"] for step in program.steps if "tactic_group" in step}
     num_bridges = sum(1 for index in subsets[best] if index not in marked)
     return {"num_marked": len(marked), "num_kept": len(subsets[best]) - num_bridges, "num_bridges": num_bridges,
@@ -197,7 +199,7 @@ def _agrees(outputs: dict, reference: dict, names: list[str], rtol: float = AGRE
     return True
 
 
-def _with_marks(steps: list[dict], keep, dtypes: dict | None = None) -> list[dict]:
+def _with_marks(steps: list[dict], keep, dtypes: dict | None = None, ranks: dict | None = None) -> list[dict]:
     """Copies of the steps with the marks of those in `keep` only (a bridge in `keep` gets one; a
     kept step gets `dtypes[index]`, its inputs that are not float32), and each run of consecutive kept steps
     grouped into one session (runtime/vendor_op.py: onnxruntime keeps its blocked layout between them)."""
@@ -209,6 +211,8 @@ def _with_marks(steps: list[dict], keep, dtypes: dict | None = None) -> list[dic
             plain.setdefault("tactic", TACTIC)  # a bridge (tune_bridge.py): never timed alone
             if (dtypes or {}).get(index):  # a session it starts reads these as such
                 plain["tactic_dtypes"] = dtypes[index]
+            if (ranks or {}).get(index):  # ... and declares them with these ranks
+                plain["tactic_ranks"] = ranks[index]
             previous = marked[-1] if marked else None
             if previous is not None and previous.get("tactic") and index - 1 in keep:
                 plain["tactic_group"] = previous.setdefault("tactic_group", index - 1)

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from infc.compiler import tune_context, tune_vendor
 from infc.compiler.runtime.executor import Executor
 from infc.compiler.runtime.vendor_op import TACTIC, is_vendor_step
-from infc.compiler.tune_bridge import bridge_candidates, input_dtypes, with_bridges
+from infc.compiler.tune_bridge import bridge_candidates, input_dtypes, input_ranks, with_bridges
 from infc.compiler.tune_vendor import tune_vendor_tactics
 from infc.compiler.testing import lowered_and_observed
 from infc.compiler.verify import compare_outputs, ort_session
@@ -318,3 +318,21 @@ def test_a_tensor_attribute_stays_a_tensor_in_the_session():
     assert not executor.notes and len(executor._steps) == 1
     feeds = {"x": rng.standard_normal((4, 8)).astype(np.float32)}
     np.testing.assert_allclose(executor.run(feeds)["y"], ort_session(model).run(["y"], feeds)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_session_inputs_are_declared_with_the_rank_the_build_saw():
+    """onnxruntime's NCHWc layout pass needs an input's rank: without it a pooling after the first
+    convolution stays in NCHW and the convolutions reading it reorder (a ResNet's first stage)."""
+    from infc.compiler.runtime.kernels.common import decode_attrs
+    from infc.compiler.runtime.vendor_op import GROUP_OP, _session, group_tactic_steps
+
+    _, program, seen = _program(17)
+    marked = _marked(program, seen)
+    keep = with_bridges(len(program.steps), marked, bridge_candidates(program, seen))
+    ranks = {i: input_ranks(program.steps[i], seen, program.weights) for i in keep}
+    steps = tune_context._with_marks(program.steps, keep, None, ranks)
+    assert steps[0]["tactic_ranks"] == {"x": 4}
+    (group,) = [s for s in group_tactic_steps(steps, program.weights, {o["name"] for o in program.outputs})
+                if s["op"] == GROUP_OP]
+    session = _session(group["members"], group["inputs"], group["outputs"], program.weights, decode_attrs, opset=17)
+    assert [len(i.shape) for i in session.get_inputs()] == [4]

@@ -143,15 +143,16 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
     itself, an island as its subgraph's nodes from `islands`); the inputs they read from `weights`
     are its initializers. `decode` turns a member's attributes into values; `opset`: the model's,
     needed when a bridge is among the members. Inputs are float32 but for those a member lists in
-    its "tactic_dtypes" (the build saw them)."""
+    its "tactic_dtypes" (the build saw them), of unknown rank but for those in its "tactic_ranks"."""
     import onnx  # noqa: PLC0415
     import onnxruntime as ort  # noqa: PLC0415 - only plans with this tactic need it
     from onnx import helper, numpy_helper  # noqa: PLC0415
 
-    nodes, constants, dtypes, initializers = [], {}, {}, {}
+    nodes, constants, dtypes, ranks, initializers = [], {}, {}, {}, {}
     opsets = {"": int(opset) if any(is_bridge_step(member) for member in members) else _OPSETS[""]}
     for member in members:
         dtypes.update(member.get("tactic_dtypes") or {})
+        ranks.update(member.get("tactic_ranks") or {})
         names = [name or "" for name in member["inputs"][:_num_read(member)]]
         constants.update({name: weights[name] for name in names if name in weights})
         if member["op"] == ISLAND_OP:
@@ -172,7 +173,8 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
                          for name, value in constants.items() if name not in handed})
     graph = helper.make_graph(
         nodes, "vendor",
-        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtypes.get(name, "float32"))), None)
+        [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtypes.get(name, "float32"))),
+                                       [None] * ranks[name] if name in ranks else None)  # dims unknown: any size runs
          for name in input_names],
         [helper.make_empty_tensor_value_info(name) for name in output_names],  # onnxruntime infers their types
         list(initializers.values()))
