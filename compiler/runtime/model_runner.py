@@ -18,9 +18,11 @@ from ..plan.format import read_plan
 from ..target import check_target
 from .decode_api import ModelSpec, SeqChunk
 from .executor import Executor
+from .invariant_gemm import CHAIN_ROWS
 from .session import _weights
 
 META = ("slot_mapping", "block_tables", "query_start_loc", "context_lens")
+WARM_UP_ROWS = CHAIN_ROWS + 4  # the warm-up prefill's tokens: past the decode-sized GEMM kernels
 
 
 class PagedModelRunner:
@@ -47,15 +49,20 @@ class PagedModelRunner:
                        for layer in range(s.num_layers) for which in ("key", "value")}
 
     def warm_up(self) -> None:
-        """One small prefill + decode step on the first blocks, which it leaves zeroed. A process's
+        """One small prefill (WARM_UP_ROWS tokens) + decode step on the first blocks, which it leaves zeroed. A process's
         first step probes each GEMM shape's row invariance (runtime/invariant_gemm.py) and loads
         the compiled kernels: seconds that would otherwise land on the first requests' latency
         and on the step-cost fit of decode priority."""
         pool = next(iter(self._pools.values()), None)
         if pool is None:
             raise BadInput("warm_up before allocate_kv: the KV block pool is not allocated")
-        second = min(1, pool.shape[0] - 1)
-        self.step([SeqChunk(0, [0, 0], 0, [0], True), SeqChunk(1, [0], 1, [second], True)])
+        # more rows than the decode-sized kernels take, so the prefill kernels load (and pack) too
+        length = WARM_UP_ROWS
+        blocks = -(-length // self.spec.block_size)
+        if pool.shape[0] <= blocks:
+            length, blocks = 2, 1
+        second = min(blocks, pool.shape[0] - 1)
+        self.step([SeqChunk(0, [0] * length, 0, list(range(blocks)), True), SeqChunk(1, [0], 1, [second], True)])
         for pool in self._pools.values():
             pool[:second + 1] = 0
 

@@ -18,8 +18,16 @@ eight-lane vectors, a broadcast, and multiply-adds carrying the `contract` flag,
 chain kernel's `IN_ORDER` loop becomes (fused where the target has FMA, not reordered). Each output
 element's chain is the same whatever the tile's size or place, so rows never depend on M.
 
-`panel_product` returns None when compiled kernels are off; callers keep the chain kernel or
-float64 (a process that turns them off midway mixes the two).
+Weight-only quantized plans (`--precision w8`, onnxruntime-genai int4 exports) hold W as 8-bit
+codes with per-group scales and zero points. There, code_chain_gemm.py's loop, which rebuilds four
+weight rows at a time in memory, did about 35 GFLOP/s on prefill rows (SmolLM2 w8 took twice
+fp32's time to first token). `pack_code_panels` packs the codes, scales and zero points into the
+same panels and the tile (`_make_tile` with `codes`) rebuilds each weight row in registers,
+(code - zero) * scale in float32 as the plan's DequantizeLinear does, before the same multiply-adds:
+the same bits as the codes chain kernel, without a float32 copy of the weight.
+
+`panel_product` and `code_panel_product` return None when compiled kernels are off; callers keep
+the chain kernels or float64 (a process that turns them off midway mixes the two).
 """
 
 from __future__ import annotations
@@ -45,6 +53,19 @@ def pack_panels(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(padded.reshape(k, count, PANEL).transpose(1, 0, 2))
 
 
+def pack_code_panels(codes: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """codes [K, N], scale and zero [ceil(K / group), N] as panels [ceil(N / PANEL), rows, PANEL]
+    each (past N: code 0, zero 0, scale 0, so a padded column's weight is 0)."""
+    def panels(x: np.ndarray) -> np.ndarray:
+        rows, n = x.shape
+        count = -(-n // PANEL)
+        padded = np.zeros((rows, count * PANEL), x.dtype)
+        padded[:, :n] = x
+        return np.ascontiguousarray(padded.reshape(rows, count, PANEL).transpose(1, 0, 2))
+
+    return panels(codes), panels(np.asarray(scale, np.float32)), panels(zero.astype(codes.dtype))
+
+
 def panel_blocks(count: int, macs: int) -> tuple[tuple[int, int], ...]:
     """The ranges of panels the two cores take (each output column's sums are the same either way)."""
     if count < 2 or macs < SPLIT_MIN_MACS:
@@ -52,10 +73,15 @@ def panel_blocks(count: int, macs: int) -> tuple[tuple[int, int], ...]:
     return ((0, count // 2), (count // 2, count))
 
 
-def _make_tile(rows: int):
+def _make_tile(rows: int, codes: str | None = None):
     """A numba intrinsic tile(a, i0, w, out, o0, j0, k0, k1): for r < rows and c < PANEL,
     out[o0 + r, j0 + c] += chain over k in [k0, k1) of a[i0 + r, k] * w[k, c], from zero.
-    a, w and out are 2-D float32 arrays with unit column stride; w is one panel [K, PANEL]."""
+    a, w and out are 2-D float32 arrays with unit column stride; w is one panel [K, PANEL].
+
+    With `codes` ("int8" or "uint8"): tile(a, i0, c, s, z, group, out, o0, j0, k0, k1), the panel's
+    weight given as codes c [K, PANEL], scales s and zero points z [ceil(K / group), PANEL] and
+    rebuilt in registers as runtime/code_chain_gemm.py rebuilds it, (code - zero) * scale in float32
+    (one rounding, never fused into the multiply-add), so the sums are the same bits."""
     from llvmlite import ir  # noqa: PLC0415 - numba's own dependency: only when compiled kernels are on
     from numba import types  # noqa: PLC0415
     from numba.core import cgutils  # noqa: PLC0415
@@ -63,6 +89,8 @@ def _make_tile(rows: int):
 
     f32 = ir.FloatType()
     vector = ir.VectorType(f32, LANES)
+    wide = ir.VectorType(f32, PANEL)
+    code_vector = ir.VectorType(ir.IntType(8), PANEL)
     lane0 = ir.Constant(ir.IntType(32), 0)
     splat = ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES)
     contract = ("contract",)  # the chain kernel's IN_ORDER: fuse the multiply-add, never reorder
@@ -71,21 +99,31 @@ def _make_tile(rows: int):
         raw = builder.gep(builder.bitcast(data, ir.IntType(8).as_pointer()), [byte_offset])
         return builder.bitcast(raw, typ.as_pointer())
 
+    def floats(builder, data, byte_offset):
+        """PANEL codes at the offset as VECTORS float vectors (exact: 8-bit integers)."""
+        raw = builder.load(element(builder, data, byte_offset, code_vector), align=1)
+        wide_codes = builder.sitofp(raw, wide) if codes == "int8" else builder.uitofp(raw, wide)
+        return [builder.shuffle_vector(wide_codes, ir.Constant(wide, ir.Undefined),
+                                       ir.Constant(ir.VectorType(ir.IntType(32), LANES), list(range(v * LANES, (v + 1) * LANES))))
+                for v in range(VECTORS)]
+
     def codegen(context, builder, signature, args):
-        a_val, i0, w_val, out_val, o0, j0, k0, k1 = args
-        a, w, out = (context.make_array(signature.args[i])(context, builder, v)
-                     for i, v in ((0, a_val), (2, w_val), (3, out_val)))
+        if codes:
+            a_val, i0, c_val, s_val, z_val, group, out_val, o0, j0, k0, k1 = args
+            a, c, sc, zp, out = (context.make_array(signature.args[i])(context, builder, v) for i, v in
+                                 ((0, a_val), (2, c_val), (3, s_val), (4, z_val), (6, out_val)))
+        else:
+            a_val, i0, w_val, out_val, o0, j0, k0, k1 = args
+            a, w, out = (context.make_array(signature.args[i])(context, builder, v)
+                         for i, v in ((0, a_val), (2, w_val), (3, out_val)))
         intp = i0.type
         size = ir.Constant(intp, 4)
-        a_row, w_row, out_row = (builder.extract_value(x.strides, 0) for x in (a, w, out))
+        a_row, out_row = (builder.extract_value(x.strides, 0) for x in (a, out))
         accumulators = [[cgutils.alloca_once_value(builder, ir.Constant(vector, [0.0] * LANES))
                          for _ in range(VECTORS)] for _ in range(rows)]
         a_rows = [builder.mul(builder.add(i0, ir.Constant(intp, r)), a_row) for r in range(rows)]
-        with cgutils.for_range(builder, builder.sub(k1, k0)) as loop:
-            k = builder.add(k0, loop.index)
-            w_at = builder.mul(k, w_row)
-            weights = [builder.load(element(builder, w.data, builder.add(w_at, ir.Constant(intp, v * LANES * 4)),
-                                            vector), align=4) for v in range(VECTORS)]
+
+        def accumulate(k, weights):
             k_at = builder.mul(k, size)
             for r in range(rows):
                 x = builder.load(element(builder, a.data, builder.add(a_rows[r], k_at), f32), align=4)
@@ -95,6 +133,33 @@ def _make_tile(rows: int):
                     product = builder.fmul(broadcast, weights[v], flags=contract)
                     total = builder.fadd(builder.load(accumulators[r][v]), product, flags=contract)
                     builder.store(total, accumulators[r][v])
+
+        if codes:  # K in runs of one scale group: its scales and zero points loaded once per run
+            c_row, s_row, z_row = (builder.extract_value(x.strides, 0) for x in (c, sc, zp))
+            first = builder.sdiv(k0, group)
+            runs = builder.add(builder.sub(builder.sdiv(builder.sub(k1, ir.Constant(intp, 1)), group), first),
+                               ir.Constant(intp, 1))
+            with cgutils.for_range(builder, runs) as run:
+                g = builder.add(first, run.index)
+                start = builder.mul(g, group)
+                start = builder.select(builder.icmp_signed(">", k0, start), k0, start)
+                stop = builder.mul(builder.add(g, ir.Constant(intp, 1)), group)
+                stop = builder.select(builder.icmp_signed("<", k1, stop), k1, stop)
+                scales = [builder.load(element(builder, sc.data, builder.add(builder.mul(g, s_row),
+                                                                            ir.Constant(intp, v * LANES * 4)), vector),
+                                       align=4) for v in range(VECTORS)]
+                zeros = floats(builder, zp.data, builder.mul(g, z_row))
+                with cgutils.for_range(builder, builder.sub(stop, start)) as loop:
+                    k = builder.add(start, loop.index)
+                    values = floats(builder, c.data, builder.mul(k, c_row))
+                    accumulate(k, [builder.fmul(builder.fsub(values[v], zeros[v]), scales[v]) for v in range(VECTORS)])
+        else:
+            w_row = builder.extract_value(w.strides, 0)
+            with cgutils.for_range(builder, builder.sub(k1, k0)) as loop:
+                k = builder.add(k0, loop.index)
+                w_at = builder.mul(k, w_row)
+                accumulate(k, [builder.load(element(builder, w.data, builder.add(w_at, ir.Constant(intp, v * LANES * 4)),
+                                                    vector), align=4) for v in range(VECTORS)])
         for r in range(rows):
             row_at = builder.mul(builder.add(o0, ir.Constant(intp, r)), out_row)
             for v in range(VECTORS):
@@ -104,29 +169,86 @@ def _make_tile(rows: int):
                               target, align=4)
         return context.get_dummy_value()
 
-    def typer(typingctx, a, i0, w, out, o0, j0, k0, k1):
-        return types.void(a, types.intp, w, out, types.intp, types.intp, types.intp, types.intp), codegen
+    if codes:
+        def typer(typingctx, a, i0, c, s, z, group, out, o0, j0, k0, k1):
+            index = types.intp
+            return types.void(a, index, c, s, z, index, out, index, index, index, index), codegen
+    else:
+        def typer(typingctx, a, i0, w, out, o0, j0, k0, k1):
+            return types.void(a, types.intp, w, out, types.intp, types.intp, types.intp, types.intp), codegen
 
-    typer.__name__ = f"panel_tile_{rows}"
+    typer.__name__ = f"panel_tile_{codes or 'float32'}_{rows}"
     return intrinsic(typer)
 
 
 _TILES: dict = {}
 
 
-def _tiles() -> dict:
+def tiles() -> dict:
+    """The register tiles by rows: `tile_R` on float32 panels, `codes_R` / `ucodes_R` on int8 / uint8 codes."""
     if not _TILES:
-        _TILES.update({f"tile_{rows}": _make_tile(rows) for rows in range(1, ROW_TILE + 1)})
+        for rows in range(1, ROW_TILE + 1):
+            _TILES[f"tile_{rows}"] = _make_tile(rows)
+            _TILES[f"codes_{rows}"] = _make_tile(rows, "int8")
+            _TILES[f"ucodes_{rows}"] = _make_tile(rows, "uint8")
     return _TILES
 
 
-@jit(fastmath=IN_ORDER, intrinsics=_tiles)
-def _panel_columns(a, panels, bounds, p0, p1, n, out):
-    """out[:, p0*PANEL : p1*PANEL] (cut at n) = a @ W's panels p0..p1-1, the chain kernel's sums."""
+@jit(fastmath=IN_ORDER, intrinsics=tiles)
+def _tile(kind, count, a, i0, w, c, s, z, group, target, o0, j0, k0, k1):
+    """The register tile of `count` rows: on float32 panel w (kind FLOAT), else on code panel c with
+    scales s and zero points z (kind INT8 or UINT8)."""
+    if kind == 0:
+        if count == 6:
+            tile_6(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821 - bound by `intrinsics`
+        elif count == 5:
+            tile_5(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 4:
+            tile_4(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 3:
+            tile_3(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 2:
+            tile_2(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821
+        else:
+            tile_1(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821
+    elif kind == 1:
+        if count == 6:
+            codes_6(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 5:
+            codes_5(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 4:
+            codes_4(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 3:
+            codes_3(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 2:
+            codes_2(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        else:
+            codes_1(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    elif count == 6:
+        ucodes_6(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    elif count == 5:
+        ucodes_5(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    elif count == 4:
+        ucodes_4(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    elif count == 3:
+        ucodes_3(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    elif count == 2:
+        ucodes_2(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    else:
+        ucodes_1(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+
+
+@jit(fastmath=IN_ORDER, calls=(_tile,))
+def _panel_columns(a, panels, codes, scale, zero, group, kind, bounds, p0, p1, n, out):
+    """out[:, p0*PANEL : p1*PANEL] (cut at n) = a @ W's panels p0..p1-1, the chain kernel's sums:
+    W as float32 panels (kind FLOAT; codes, scale, zero [1, 0, PANEL] placeholders) or as code
+    panels (kind INT8 / UINT8; panels a placeholder)."""
     rows = a.shape[0]
     scratch = np.empty((ROW_TILE, PANEL), np.float32)  # the last panel's columns past n land here
     for p in range(p0, p1):
-        w = panels[p]
+        w = panels[p if kind == 0 else 0]
+        q = 0 if kind == 0 else p
+        c, s, z = codes[q], scale[q], zero[q]
         j0 = p * PANEL
         width = min(PANEL, n - j0)
         for m in range(rows):
@@ -137,23 +259,11 @@ def _panel_columns(a, panels, bounds, p0, p1, n, out):
             i0 = 0
             while i0 < rows:
                 count = min(ROW_TILE, rows - i0)
-                target, o0, c0 = out, i0, j0
-                if width < PANEL:
-                    scratch[:, :] = 0.0
-                    target, o0, c0 = scratch, 0, 0
-                if count == 6:
-                    tile_6(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821 - bound by `intrinsics`
-                elif count == 5:
-                    tile_5(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821
-                elif count == 4:
-                    tile_4(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821
-                elif count == 3:
-                    tile_3(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821
-                elif count == 2:
-                    tile_2(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821
+                if width == PANEL:
+                    _tile(kind, count, a, i0, w, c, s, z, group, out, i0, j0, k0, k1)
                 else:
-                    tile_1(a, i0, w, target, o0, c0, k0, k1)  # noqa: F821
-                if width < PANEL:
+                    scratch[:, :] = 0.0
+                    _tile(kind, count, a, i0, w, c, s, z, group, scratch, 0, 0, k0, k1)
                     for m in range(count):
                         for j in range(width):
                             out[i0 + m, j0 + j] += scratch[m, j]
@@ -161,22 +271,40 @@ def _panel_columns(a, panels, bounds, p0, p1, n, out):
 
 
 @jit(fastmath=IN_ORDER, calls=(_panel_columns,))
-def _panel_blocks(a, panels, bounds, blocks, n, out):
+def _panel_blocks(a, panels, codes, scale, zero, group, kind, bounds, blocks, n, out):
     """_panel_columns on each range of panels [blocks[i, 0], blocks[i, 1]) (the parallel build:
     one per thread)."""
     for i in prange(blocks.shape[0]):
-        _panel_columns(a, panels, bounds, blocks[i, 0], blocks[i, 1], n, out)
+        _panel_columns(a, panels, codes, scale, zero, group, kind, bounds, blocks[i, 0], blocks[i, 1], n, out)
+
+
+FLOAT, INT8, UINT8 = 0, 1, 2  # how the kernel reads W
+_NO_FLOATS = np.zeros((1, 0, PANEL), np.float32)  # placeholders for the panels a call does not read
+_NO_CODES = {np.dtype(np.int8): np.zeros((1, 0, PANEL), np.int8), np.dtype(np.uint8): np.zeros((1, 0, PANEL), np.uint8)}
 
 
 def panel_product(a: np.ndarray, panels: np.ndarray, n: int, edges: np.ndarray) -> np.ndarray | None:
     """a [M, K] @ W [K, n] from W's `pack_panels`, K cut at `edges`; None when compiled kernels are off."""
+    codes = _NO_CODES[np.dtype(np.int8)]
+    return _product(a, panels, (codes, _NO_FLOATS, codes), 0, FLOAT, panels.shape[0], n, edges)
+
+
+def code_panel_product(a: np.ndarray, packed: tuple, n: int, group: int, edges: np.ndarray) -> np.ndarray | None:
+    """a [M, K] @ W [K, n] with W as code panels (`pack_code_panels`: codes, scales, zero points),
+    K cut at `edges`; None when compiled kernels are off."""
+    kind = INT8 if packed[0].dtype == np.int8 else UINT8
+    return _product(a, _NO_FLOATS, packed, int(group), kind, packed[0].shape[0], n, edges)
+
+
+def _product(a, panels, code_parts, group: int, kind: int, count: int, n: int, edges) -> np.ndarray | None:
     kernel = _panel_columns.get()
     if kernel is None:
         return None
     a = np.ascontiguousarray(a, np.float32)
     out = np.empty((a.shape[0], n), np.float32)
-    count = panels.shape[0]
-    over_column_blocks(panel_blocks(count, a.shape[0] * panels.shape[1] * n), count,
-                       lambda p0, p1: kernel(a, panels, edges, p0, p1, n, out), _panel_blocks,
-                       lambda spread, array: spread(a, panels, edges, array, n, out))
+    codes, scale, zero = code_parts
+    over_column_blocks(panel_blocks(count, a.shape[0] * a.shape[1] * n), count,
+                       lambda p0, p1: kernel(a, panels, codes, scale, zero, group, kind, edges, p0, p1, n, out),
+                       _panel_blocks,
+                       lambda spread, array: spread(a, panels, codes, scale, zero, group, kind, edges, array, n, out))
     return out

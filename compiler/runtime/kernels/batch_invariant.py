@@ -1,7 +1,8 @@
 """`infc.BatchInvariant`: a GEMM step of a decoder plan whose result for a row must not depend on how
 many rows the step has (attrs: inner_op, inner_domain, const_inputs, plus the inner op's own;
 `weight_group` when three more inputs give the weight as 8-bit codes, scales and zero points
-blocked along K: decode rows then read those, runtime/code_chain_gemm.py), and
+blocked along K: decode rows then read those, runtime/code_chain_gemm.py, and so do prefill rows in
+infc's own order, runtime/panel_gemm.py), and
 `infc.Float64`, the same step always in float64 (what plans built before float32 GEMMs hold).
 
 A float32 MatMul by a 2-D weight runs in float32 through invariant_gemm: the fixed BLAS recipe this
@@ -17,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 
 from .. import jit
-from ..invariant_gemm import codes_rows_product, min_rows, own_edges, own_order_product, row_invariant_product
+from ..invariant_gemm import CHAIN_ROWS, codes_rows_product, min_rows, own_edges, own_order_product, row_invariant_product
 from ...plan.format import release_mapped_pages
-from ..panel_gemm import pack_panels, panel_product
+from ..panel_gemm import code_panel_product, pack_code_panels, pack_panels, panel_product
 from .common import KernelContext
 
 
@@ -74,6 +75,17 @@ def _panels(w: np.ndarray, ctx) -> np.ndarray | None:
     return own[1]
 
 
+def _code_panels(parts, ctx) -> tuple | None:
+    """The weight's codes, scales and zero points packed for the code panel kernel, once per step
+    (kept in the step's memo), when compiled kernels are on."""
+    cached = ctx.memo.get("code_panels")
+    if cached is None or cached[0] is not parts[0]:
+        if not jit.enabled():
+            return None
+        cached = ctx.memo["code_panels"] = (parts[0], pack_code_panels(*parts))
+    return cached[1]
+
+
 def batch_invariant(inputs, attrs, ctx):
     own = ctx.memo.get("own")  # (weight, panels, edges) once the weight is known to run on panels
     a = inputs[0]
@@ -89,7 +101,12 @@ def batch_invariant(inputs, attrs, ctx):
     rows_from = min_rows(w)
     y = None
     if "weight_group" in attrs:
-        y = codes_rows_product(rows, w, (*inputs[2:], attrs["weight_group"]), rows_from)
+        if rows_from is None and rows.shape[0] > CHAIN_ROWS:  # prefill rows: the register tiles on code panels
+            packed = _code_panels(inputs[2:], ctx)
+            y = None if packed is None else code_panel_product(rows, packed, w.shape[1], attrs["weight_group"],
+                                                               own_edges(w.shape[0]))
+        if y is None:
+            y = codes_rows_product(rows, w, (*inputs[2:], attrs["weight_group"]), rows_from)
     if y is None:
         y = own_order_product(rows, w, _panels(w, ctx)) if rows_from is None else row_invariant_product(rows, w, rows_from)
     if y is None:
