@@ -1,8 +1,8 @@
 """`infc.BatchInvariant`: a GEMM step of a decoder plan whose result for a row must not depend on how
 many rows the step has (attrs: inner_op, inner_domain, const_inputs, plus the inner op's own;
 `weight_group` when three more inputs give the weight as 8-bit codes, scales and zero points
-blocked along K: decode rows then read those, runtime/code_chain_gemm.py, and so do prefill rows in
-infc's own order, runtime/panel_gemm.py), and
+blocked along K: decode rows then read those, runtime/code_chain_gemm.py, and every row in infc's
+own order does, on code panels, runtime/panel_gemm.py), and
 `infc.Float64`, the same step always in float64 (what plans built before float32 GEMMs hold).
 
 A float32 MatMul by a 2-D weight runs in float32 through invariant_gemm: the fixed BLAS recipe this
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import jit
-from ..invariant_gemm import CHAIN_ROWS, codes_rows_product, min_rows, own_edges, own_order_product, row_invariant_product
+from ..invariant_gemm import codes_rows_product, min_rows, own_edges, own_order_product, row_invariant_product
 from ...plan.format import release_mapped_pages
 from ..panel_gemm import code_panel_product, pack_code_panels, pack_panels, panel_product
 from .common import KernelContext
@@ -101,7 +101,7 @@ def batch_invariant(inputs, attrs, ctx):
     rows_from = min_rows(w)
     y = None
     if "weight_group" in attrs:
-        if rows_from is None and rows.shape[0] > CHAIN_ROWS:  # prefill rows: the register tiles on code panels
+        if rows_from is None:  # infc's own order: the register tiles on code panels (2-3x the chain loop, decode rows too)
             packed = _code_panels(inputs[2:], ctx)
             y = None if packed is None else code_panel_product(rows, packed, w.shape[1], attrs["weight_group"],
                                                                own_edges(w.shape[0]))
