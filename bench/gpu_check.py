@@ -50,8 +50,12 @@ COPY_ELEMS = 2**28            # 1 GiB of float32 for the copy ceiling
 CEILING_SIZE = 8192           # square matrix products for the cuBLAS ceilings and the warm-up
 L2_BYTES = 60 * 2**20
 BIG_WEIGHT_BYTES = 32 * 2**20
+# What a run can do, in order; --sections picks some (a short device lease re-measures one part).
+SECTIONS = ("correctness", "e2e", "precision", "decode", "prefill", "square")
+SECTION_FAMILIES = {"decode": ("skinny", "skinny_int8"), "prefill": ("mma",), "square": ("mma", "simt")}
 GOALS = {"decode_speedup": 1.2, "decode_bw_pct": 80.0, "mma_vs_cublas": 0.55, "simt_vs_sgemm": 0.8, "e2e_rel_err": 1e-4,
-         "precision_speedup": 1.5}
+         "precision_speedup": 1.5, "int8_vs_bf16": 1.7}
+INT8_GOAL_ELEMS = 4096 * 11008
 E2E_MODELS = ("tests/models/cnn_ts.onnx", "tests/models/bert_ts.onnx", "tests/models/gpt2_ts.onnx",
               "tests/models/llama_ts.onnx", "tests/models/cnn_dynamo.onnx")
 
@@ -74,7 +78,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="parallel nvcc processes")
     parser.add_argument("--budget-s", type=float, default=420.0, help="skip timing sections after this many seconds")
     parser.add_argument("--seed", type=int, help="input seed (default: fresh, recorded in the JSON)")
-    return parser.parse_args(argv)
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all); 'correctness' checks "
+                             "the variants of the families the other chosen sections time")
+    parser.add_argument("--families", help="comma-separated families to check (default: those the sections time)")
+    args = parser.parse_args(argv)
+    args.sections = [name for name in args.sections.split(",") if name]
+    unknown = sorted(set(args.sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    return args
 
 
 def result_path(args: argparse.Namespace, date: str, gpu: str) -> Path:
@@ -93,8 +106,8 @@ def check_shapes(variant, quick: bool) -> list[tuple[int, int, int]]:
     elif family == "mma":
         shapes = [(300, 262, 264), (256, 512, 512)]
     else:
-        rows = 16 * variant.params["MT"]
-        shapes = [(rows - 3, 1030, 1000), (1, 576, 576), (rows, 4106, 1030)]
+        rows = 8 * variant.params["MT"]
+        shapes = [(rows - 3, 1030, 1000), (1, 576, 576), (rows, 4106, 1032)]
     return shapes[:1] if quick else shapes
 
 
@@ -118,7 +131,7 @@ def is_plain(variant) -> bool:
 def timing_candidates(variants, family: str, M: int, dtype: str = "bfloat16"):
     """Plain-epilogue variants of `family` that can run M rows (the tiles the tuner chooses from)."""
     return [v for v in variants if v.family == family and v.dtype == dtype and is_plain(v)
-            and not (family.startswith("skinny") and M > 16 * v.params["MT"])]
+            and not (family.startswith("skinny") and M > 8 * v.params["MT"])]
 
 
 def split_candidates(auto: int) -> list[int]:
@@ -145,6 +158,9 @@ def summarize(results: dict) -> dict:
     decode = [d for d in results.get("decode", []) if d["M"] <= 16 and d.get("speedup")]
     big = [d["bw_pct"] for d in decode if d["weight_bytes"] >= BIG_WEIGHT_BYTES and d.get("bw_pct")]
     square = results.get("square", {})
+    # issue #6: the int8 GEMV at M = 1 against the faster bf16 path (cuBLAS or ours) on the 4096 x 11008 weights
+    int8_m1 = [min(d["cublas_us"], d["ours_us"]) / d["int8"]["us"] for d in decode
+               if d["M"] == 1 and d["N"] * d["K"] == INT8_GOAL_ELEMS and d.get("int8") and d.get("cublas_us")]
     summary = {
         "variants_checked": len({c["variant"] for c in checks}),
         "variants_failed": failed,
@@ -156,6 +172,7 @@ def summarize(results: dict) -> dict:
         "e2e_models_ok": sum(1 for e in results.get("end_to_end", []) if e.get("ok")),
         "e2e_models": len(results.get("end_to_end", [])),
         "precision_speedup": (results.get("precision_speed") or {}).get("speedup"),
+        "int8_vs_best_bf16_m1": min(int8_m1) if int8_m1 else None,
     }
     precision = results.get("precision_speed") or {}
     summary["pass"] = {
@@ -164,6 +181,7 @@ def summarize(results: dict) -> dict:
         "decode_bw": (summary["decode_bw_pct_min_big"] or 0) >= GOALS["decode_bw_pct"],
         "mma": (summary["mma_vs_cublas_4096"] or 0) >= GOALS["mma_vs_cublas"],
         "simt": (summary["simt_vs_sgemm_4096"] or 0) >= GOALS["simt_vs_sgemm"],
+        "int8": (summary["int8_vs_best_bf16_m1"] or 0) >= GOALS["int8_vs_bf16"],
         "e2e": bool(summary["e2e_models"]) and summary["e2e_models_ok"] == summary["e2e_models"],
         "precision": bool(precision.get("speedup")) and all(r.get("ok") for r in precision.get("plans", {}).values())
         and all((v or 0) >= GOALS["precision_speedup"] for v in precision["speedup"].values()),
@@ -180,7 +198,8 @@ def format_table(results: dict) -> str:
     lines = [f"gpu_check  {results.get('device', {}).get('name', '?')}  {results.get('date', '')}"
              f"{'  (quick)' if results.get('quick') else ''}"]
     lines.append(f"ceilings   copy {_fmt(c.get('copy_tb_s'))} TB/s   cuBLAS bf16 {_fmt(c.get('bf16_tflops'), '.0f')} "
-                 f"TFLOP/s   fp32 {_fmt(c.get('fp32_tflops'), '.1f')} TFLOP/s")
+                 f"TFLOP/s   fp32 {_fmt(c.get('fp32_tflops'), '.1f')} TFLOP/s   read {_fmt(c.get('read_tb_s'))} TB/s   "
+                 f"launch {_fmt(c.get('launch_floor_us'), '.1f')} us")
     lines.append(f"{'decode M x N x K':22s} {'ours us':>8s} {'cuBLAS':>8s} {'x':>6s} {'%copy':>6s}  best")
     for d in results.get("decode", []):
         if d["M"] in (1, 16, 64):
@@ -203,6 +222,8 @@ def format_table(results: dict) -> str:
         f"  {'ok' if p['mma'] else 'MISS'}",
         f"simt 4096^3     {_fmt(s['simt_vs_sgemm_4096'])}x cuBLAS SGEMM (goal {GOALS['simt_vs_sgemm']})"
         f"  {'ok' if p['simt'] else 'MISS'}",
+        f"int8 GEMV M=1   {_fmt(s.get('int8_vs_best_bf16_m1'))}x the best bf16 path, 4096 x 11008 (goal "
+        f"{GOALS['int8_vs_bf16']})  {'ok' if p.get('int8') else 'MISS'}",
         "fp16/bf16 plan  " + "  ".join(f"{k} {_fmt(v)}x" for k, v in (s.get("precision_speedup") or {}).items())
         + f" the fp32 plan's speed (encoder, goal {GOALS['precision_speedup']})  {'ok' if p.get('precision') else 'MISS'}",
     ]
@@ -413,6 +434,12 @@ def measure_ceilings(dev: Device) -> dict:
     n = COPY_ELEMS
     src, dst = cp.ones(n, dtype=cp.float32), cp.empty(n, dtype=cp.float32)
     t_copy = dev.bench(lambda i: cp.copyto(dst, src), 1, samples=10, capture=None)
+    # A read-only stream (what a GEMV's weights are) and the time of one tiny launch in a graph of
+    # many (what every decode GEMM pays on top of its bytes): what the decode numbers are measured against.
+    total = cp.empty((), dtype=cp.float32)
+    t_read = dev.bench(lambda i: cp.sum(src, out=total), 1, samples=10, capture=None)
+    tiny_src, tiny_dst = cp.ones(32, dtype=cp.float32), cp.empty(32, dtype=cp.float32)
+    t_launch = dev.bench(lambda i: cp.copyto(tiny_dst, tiny_src), 1, samples=10)
     src = dst = None  # free the 2 GiB before the matrix products
     size = CEILING_SIZE
     a32 = cp.random.standard_normal((size, size), dtype=cp.float32)
@@ -423,7 +450,8 @@ def measure_ceilings(dev: Device) -> dict:
     bf = [dev.random_bits((size, size), "bfloat16") for _ in range(3)]
     t16 = dev.time_cublas([tuple(bf)], "bfloat16", samples=5)
     best16 = min((t for t in t16.values() if t), default=None)
-    return {"copy_tb_s": 2 * n * 4 / t_copy / 1e12, "fp32_tflops": flops / t32 / 1e12,
+    return {"copy_tb_s": 2 * n * 4 / t_copy / 1e12, "read_tb_s": n * 4 / t_read / 1e12,
+            "launch_floor_us": t_launch * 1e6, "fp32_tflops": flops / t32 / 1e12,
             "bf16_tflops": flops / best16 / 1e12 if best16 else None,
             "bf16_paths_tflops": {k: (flops / t / 1e12 if t else None) for k, t in t16.items()}}
 
@@ -482,8 +510,11 @@ def time_decode(dev: Device, kernels: dict, variants, M: int, N: int, K: int, co
             packed[nw] = [pack_skinny(w_logical, nw, "bfloat16", xp=cp) for _ in range(num_rot)]
         k, p = kernels[v.name], packed[nw]
         for splits in split_candidates(k.launch_for(M, N, K).num_splits):
-            timing = dev.bench(lambda i: k(acts[i], p[i], out, M, N, K, num_splits=splits), num_rot)
-            record["ours_all"][f"{v.name}/s{k.launch_for(M, N, K, splits).num_splits}"] = timing
+            name = f"{v.name}/s{k.launch_for(M, N, K, splits).num_splits}"
+            timing = _time_candidate(dev, record, name, lambda i: k(acts[i], p[i], out, M, N, K, num_splits=splits),
+                                     num_rot)
+            if timing is not None:
+                record["ours_all"][name] = timing
     q, scale = quantize_int8(w_logical, xp=cp)
     int8 = {}
     for v in timing_candidates(variants, "skinny_int8", M):
@@ -491,9 +522,11 @@ def time_decode(dev: Device, kernels: dict, variants, M: int, N: int, K: int, co
             pq = [pack_skinny(q, v.params["NW"], "int8", xp=cp) for _ in range(rotations(N * K))]
             k = kernels[v.name]
             for splits in split_candidates(k.launch_for(M, N, K).num_splits):  # as for bf16 above
-                timing = dev.bench(lambda i: k(acts[i % num_rot], pq[i], out, M, N, K, scale=scale, num_splits=splits),
-                                   len(pq))
-                int8[f"{v.name}/s{k.launch_for(M, N, K, splits).num_splits}"] = timing
+                name = f"{v.name}/s{k.launch_for(M, N, K, splits).num_splits}"
+                timing = _time_candidate(dev, record, name, lambda i: k(acts[i % num_rot], pq[i], out, M, N, K,
+                                                                        scale=scale, num_splits=splits), len(pq))
+                if timing is not None:
+                    int8[name] = timing
     best_cublas = min((t for t in cublas.values() if t), default=None)
     pct_of_copy = (lambda nbytes, t: 100 * nbytes / t / (copy_tb_s * 1e12) if copy_tb_s else None)
     if record["ours_all"]:
@@ -506,6 +539,16 @@ def time_decode(dev: Device, kernels: dict, variants, M: int, N: int, K: int, co
         record["int8"] = {"best": name, "us": t * 1e6, "bw_pct": pct_of_copy(N * K, t),
                           "speedup_vs_cublas_bf16": (best_cublas / t) if best_cublas else None}
     return record
+
+
+def _time_candidate(dev: Device, record: dict, name: str, fn, num_rot: int) -> float | None:
+    """dev.bench(fn), or None with the error under record["failed"][name]: one candidate that cannot launch
+    (a resource limit, say) leaves the shape's other candidates timed."""
+    try:
+        return dev.bench(fn, num_rot)
+    except Exception as error:  # noqa: BLE001 - recorded; a sticky CUDA error fails the next candidates too
+        record.setdefault("failed", {})[name] = repr(error)[:200]
+        return None
 
 
 def time_dense(dev: Device, kernels: dict, variants, M: int, N: int, K: int, dtype: str, samples: int = 10) -> dict:
@@ -623,7 +666,13 @@ def run_device(args, results: dict, started: float) -> None:
     print(f"ceilings: {results['ceilings']}")
 
     rng = np.random.default_rng(args.seed)
-    for v in variants:
+    sections = set(args.sections)
+    timed_families = {f for name in sections for f in SECTION_FAMILIES.get(name, ())}
+    families = set(args.families.split(",")) if args.families else (
+        timed_families if sections != set(SECTIONS) else {v.family for v in variants})
+    for v in (variants if "correctness" in sections else []):
+        if v.family not in families:
+            continue
         for shape in check_shapes(v, args.quick):
             try:
                 record = check_variant(dev, v, kernels[v.name], shape, rng) if v.name in kernels else \
@@ -634,29 +683,33 @@ def run_device(args, results: dict, started: float) -> None:
             if not record["ok"]:
                 print(f"  FAIL {v.name} {shape}: {record.get('error') or record.get('rel_err')}")
     print(f"checked {len(results['correctness'])} variant x shape pairs")
-    results["end_to_end"] = end_to_end(args, int(rng.integers(1 << 31)))
-    results["precision_speed"] = precision_speed(args)
+    if "e2e" in sections:
+        results["end_to_end"] = end_to_end(args, int(rng.integers(1 << 31)))
+    if "precision" in sections:
+        results["precision_speed"] = precision_speed(args)
 
     copy = results["ceilings"].get("copy_tb_s")
     ms = (1, 16) if args.quick else DECODE_M
     nks = DECODE_NK[:1] + DECODE_NK[3:4] if args.quick else DECODE_NK
-    for M in ms:
+    for M in (ms if "decode" in sections else ()):
         for N, K in nks:
             base = {"M": M, "N": N, "K": K, "weight_bytes": N * K * 2}
             timed_section(results, "decode", base, started, args,
                           lambda: time_decode(dev, kernels, timed, M, N, K, copy))
-    for M in (PREFILL_M[1:2] if args.quick else PREFILL_M):
+    for M in ((PREFILL_M[1:2] if args.quick else PREFILL_M) if "prefill" in sections else ()):
         for N, K in (DECODE_NK[:1] if args.quick else DECODE_NK):
             timed_section(results, "prefill", {"M": M, "N": N, "K": K}, started, args,
                           lambda: time_dense(dev, kernels, timed, M, N, K, "bfloat16"))
-    square = {"M": SQUARE, "N": SQUARE, "K": SQUARE}
-    for key, dtype, samples in (("mma", "bfloat16", 10), ("simt", "float32", 5)):  # acceptance lines: always
-        timed_section(results, key, square, None, args,
-                      lambda: time_dense(dev, kernels, timed, SQUARE, SQUARE, SQUARE, dtype, samples))
     results["timing_modes"] = dict(dev.modes)
-    mma, simt = results.pop("mma")[0], results.pop("simt")[0]
-    results["square"] = {"mma": mma, "simt": simt, "mma_vs_cublas": mma.get("vs_cublas"),
-                         "simt_vs_sgemm": simt.get("vs_cublas")}
+    if "square" in sections:
+        square = {"M": SQUARE, "N": SQUARE, "K": SQUARE}
+        for key, dtype, samples in (("mma", "bfloat16", 10), ("simt", "float32", 5)):  # past the budget too
+            timed_section(results, key, square, None, args,
+                          lambda: time_dense(dev, kernels, timed, SQUARE, SQUARE, SQUARE, dtype, samples))
+        results["timing_modes"] = dict(dev.modes)
+        mma, simt = results.pop("mma")[0], results.pop("simt")[0]
+        results["square"] = {"mma": mma, "simt": simt, "mma_vs_cublas": mma.get("vs_cublas"),
+                             "simt_vs_sgemm": simt.get("vs_cublas")}
 
 
 def timed_section(results: dict, key: str, base: dict, started: float | None, args, measure) -> None:
@@ -677,7 +730,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     date = datetime.date.today().isoformat()
-    results = {"tool": "bench/gpu_check.py", "date": date, "quick": args.quick, "seed": args.seed,
+    results = {"tool": "bench/gpu_check.py", "date": date, "quick": args.quick, "seed": args.seed, "sections": args.sections,
                "correctness": [], "decode": [], "prefill": [], "square": {}, "skipped": []}
     try:
         import cupy  # noqa: F401, PLC0415

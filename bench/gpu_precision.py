@@ -84,6 +84,7 @@ def precision_speed(workdir: Path, cache_dir: Path, *, layers: int = 4, hidden: 
                           gemm_launches=executor.get("gemm_launches"), host_fallback_ops=executor.get("host_fallback_ops"),
                           gemm_sites_by_dtype=_sites_by_dtype(session.plan.meta))
             record["gemm_tflops"] = round(gemm_flops / (record["latency_ms"] / 1e3) / 1e12, 1)
+            record["op_profile"] = _op_profile(session, feeds, times[3:])
             record["ok"] = bool(error <= TOLERANCE[precision])
         except Exception as error:  # noqa: BLE001 - record it and measure the other precisions
             record.update(ok=False, error=f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}")
@@ -96,6 +97,20 @@ def precision_speed(workdir: Path, cache_dir: Path, *, layers: int = 4, hidden: 
     result["ok"] = all(r.get("ok") for r in result["plans"].values()) and all(
         (s or 0) >= GOAL_SPEEDUP for s in result["speedup"].values())
     return result
+
+
+def _op_profile(session, feeds, latencies_s, runs: int = 3, top: int = 25) -> dict:
+    """Where a run's time goes (as `infc run --op-profile`): time per op type and the slowest steps,
+    each step waiting for the device, over a few more runs."""
+    from infc.compiler.runtime.step_profile import profile_report, timing_steps  # noqa: PLC0415
+
+    with timing_steps(session.executor) as step_times:
+        for _ in range(runs):
+            session.run(feeds)
+            step_times.runs += 1
+    report = profile_report(session.executor, step_times, [1e3 * t for t in latencies_s])
+    return {"steps_ms": report["steps_ms"], "executor_ms": report["executor_ms"], "ops": report["ops"],
+            "slowest_steps": report["steps"][:top]}
 
 
 def _sites_by_dtype(meta: dict) -> dict:
@@ -130,6 +145,11 @@ def main(argv=None) -> int:
     path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     print(f"wrote {path}")
     print("\n".join(format_lines(result)))
+    for precision, record in result["plans"].items():
+        profile = record.get("op_profile")
+        if profile:
+            print(f"{precision}: steps {profile['steps_ms']:.2f} ms, executor {profile['executor_ms'] or 0:.2f} ms; " +
+                  ", ".join(f"{e['op']} {e['ms']:.2f}" for e in profile["ops"][:10]))
     return 0 if result["ok"] else 1
 
 

@@ -44,7 +44,7 @@ def _call(variant: Variant) -> str:
     if variant.family == "mma":
         consts = ", ".join(str(p[k]) for k in ("BM", "BN", "BK", "WM", "WN", "STAGES"))
         return f"gemm_mma<{t}, {consts}, Epi>(a, w, out, bias, residual, M, N, K)"
-    consts = ", ".join(str(p[k]) for k in ("NW", "MT", "WARPS", "KU"))
+    consts = ", ".join(str(p[k]) for k in ("NW", "MT", "WARPS", "KU", "ST"))
     is_int8 = _cbool(variant.family == "skinny_int8")
     return (f"gemm_skinny<{t}, {is_int8}, {consts}, Epi>"
             "(a, w, out, bias, scale, residual, workspace, counters, M, N, K, num_splits)")

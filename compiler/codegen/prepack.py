@@ -6,17 +6,18 @@ build time). On top of that:
 - SwiGLU: the logical weight is (2H, K) with gate rows [0, H) and up rows [H, 2H) (one fused
   gate_up projection); interleave_gate_up reorders rows to g0, u0, g1, u1, ... so the epilogue
   finds gate and up of one output in adjacent columns. Bias follows the same order.
-- skinny / skinny_int8: pack_skinny writes the fragment order the kernel's lanes read, see
-  templates/skinny.cuh: [N / (8 NW)][K / KSTEP][NW][lane = 4 g + t][16 bytes], padded with zeros.
-  Within a lane's 16 bytes, for 16-bit weights word 2s + h holds k = 16 s + 8 h + 2 t + (0, 1)
-  of row n = 8 j + g; for int8 byte 4 s + 2 h + e holds k = 16 s + 8 h + 2 t + e, stored + 128.
+- skinny / skinny_int8: pack_skinny writes the order the kernel's lanes read, see
+  templates/skinny.cuh: [N / (16 NW)][K / 32][NW][VPL][lane = 4 g + t][16 bytes], padded with
+  zeros (int8: biased zeros). Lane (g, t) of n16 tile j holds the mma A fragments of rows
+  16 j + g + 8 h and k = 32 kb + 8 t + 4 s + 2 q + e: register 2 q + h of k16 half s, element e.
+  16-bit weights: load s, word 2 q + h. int8 (stored + 128): one load, word 2 s + q, byte 2 e + h.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-SKINNY_K_STEP = {"bfloat16": 32, "float16": 32, "int8": 64}
+SKINNY_K_STEP = 32  # k per packed step, both weight kinds
 
 
 def float_to_bf16_bits(x, xp=np):
@@ -72,11 +73,10 @@ def quantize_int8(w_nk, xp=np):
 
 
 def pack_skinny(w_nk, nw: int, dtype: str, xp=np):
-    """Packed bytes (uint8, 16-byte multiple) of an (N, K) weight for skinny kernels with NW n8
+    """Packed bytes (uint8, 16-byte multiple) of an (N, K) weight for skinny kernels with NW n16
     tiles per warp. dtype: 'bfloat16' / 'float16' (w is float) or 'int8' (w is int8)."""
     n, k = w_nk.shape
-    step = SKINNY_K_STEP[dtype]
-    n_pad, k_pad = -(-n // (8 * nw)) * 8 * nw, -(-k // step) * step
+    n_pad, k_pad = -(-n // (16 * nw)) * 16 * nw, -(-k // SKINNY_K_STEP) * SKINNY_K_STEP
     if dtype == "int8":
         if w_nk.dtype != np.int8:
             raise ValueError("pack_skinny int8: quantize first (quantize_int8)")
@@ -85,7 +85,7 @@ def pack_skinny(w_nk, nw: int, dtype: str, xp=np):
     else:
         full = xp.zeros((n_pad, k_pad), dtype=xp.uint16)
         full[:n, :k] = to_bits(w_nk, dtype, xp)
-    # n = (group, j, g), k = (kb, s, h, t, e)  ->  [group][kb][j][g][t][s][h][e]
-    blocks = full.reshape(n_pad // (8 * nw), nw, 8, k_pad // step, step // 16, 2, 4, 2)
-    packed = xp.ascontiguousarray(blocks.transpose(0, 3, 1, 2, 6, 4, 5, 7))
-    return packed.reshape(-1).view(xp.uint8)
+    # n = (group, j, h, g), k = (kb, t, s, q, e)
+    blocks = full.reshape(n_pad // (16 * nw), nw, 2, 8, k_pad // SKINNY_K_STEP, 4, 2, 2, 2)
+    order = (0, 4, 1, 3, 5, 6, 7, 8, 2) if dtype == "int8" else (0, 4, 1, 6, 3, 5, 7, 2, 8)
+    return xp.ascontiguousarray(blocks.transpose(order)).reshape(-1).view(xp.uint8)

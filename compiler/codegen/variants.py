@@ -3,7 +3,7 @@
 Families (templates in templates/*.cuh, all computing C = epilogue(A @ W^T) with W stored (N, K)):
     simt         (a) fp32 SIMT tiles          tile: BM BN BK TM TN
     mma          (b) bf16/fp16 mma.sync       tile: BM BN BK WM WN STAGES
-    skinny       (c) decode M <= 16*MT        tile: NW MT WARPS KU      (weights pre-packed)
+    skinny       (c) decode M <= 8*MT         tile: NW MT WARPS KU ST   (weights pre-packed)
     skinny_int8  (e) same, int8 weights with per-channel scales
 
 The epilogue (d) is part of every variant. CI compiles every entry of VARIANTS to an sm_90 cubin
@@ -25,8 +25,8 @@ ACTIVATIONS = ("none", "relu", "gelu", "silu")
 TILE_KEYS = {
     "simt": ("BM", "BN", "BK", "TM", "TN"),
     "mma": ("BM", "BN", "BK", "WM", "WN", "STAGES"),
-    "skinny": ("NW", "MT", "WARPS", "KU"),
-    "skinny_int8": ("NW", "MT", "WARPS", "KU"),
+    "skinny": ("NW", "MT", "WARPS", "KU", "ST"),
+    "skinny_int8": ("NW", "MT", "WARPS", "KU", "ST"),
 }
 
 
@@ -89,21 +89,32 @@ class Variant:
 
 
 SIMT_TILES = ((128, 128, 8, 8, 8), (128, 64, 16, 8, 4), (64, 64, 16, 4, 4), (64, 32, 16, 4, 4))
-MMA_TILES = ((128, 128, 32, 2, 2, 4), (128, 256, 32, 2, 4, 3), (256, 128, 32, 4, 2, 3),
-             (128, 64, 64, 2, 2, 3), (64, 128, 32, 2, 2, 4), (64, 64, 64, 2, 2, 4),
-             # BK = 64 on 8 warps: half the barriers and cp.async waits per FLOP of the BK = 32 tiles, which
-             # reached 0.39x cuBLAS on the H200 at 4096^3 (144 KB of shared memory, 253-255 registers, no
-             # spills; untimed until a device run). On 4 warps (128x128x64) the unrolled k-steps spill.
-             (128, 256, 64, 2, 4, 3), (256, 128, 64, 4, 2, 3))
-SKINNY_TILES = ((4, 1, 8, 4), (2, 1, 8, 4), (4, 1, 4, 2), (4, 2, 4, 2), (4, 4, 4, 2), (2, 4, 4, 4),
-                # NW = 8: every block re-reads the activation rows for its columns, so at M = 16 wider column
-                # groups halve that traffic per weight byte (the H200 run measured M = 16 at 60% of copy
-                # bandwidth, M = 1 at 74-89%); untimed until a device run
-                (8, 1, 8, 2), (8, 1, 4, 2))
-# int8 weights: a 16-byte load holds 64 k instead of 32, so the same KU keeps half the bytes in
-# flight. Deeper KU for the decode shapes, where the H200 measured the int8 GEMV at 43-46% of the
-# copy bandwidth with the 16-bit tiles' depth (untimed candidates until a device run picks them).
-SKINNY_INT8_TILES = SKINNY_TILES[:1] + SKINNY_TILES[4:5] + ((2, 1, 8, 8), (4, 1, 4, 8), (2, 1, 4, 16))
+# 128x128x32 first: the fastest on the H200 (2026-11-29, 308 TFLOP/s at 4096^3 bf16, 0.39x cuBLAS) and the
+# tile every epilogue is compiled on. The template since loads the next k-step's fragments while the mma
+# run, so BK = 64 fits without spills: half the barriers per FLOP. 128x128x64 keeps two 4-warp blocks
+# per SM (252 registers, 96 KB each); the 8-warp 256x128 / 128x256 x64 tiles (CUTLASS's sm80 defaults,
+# one block per SM) need a quarter less L2 traffic per FLOP. The smaller tiles are for M <= 1024 or N <
+# 4096, where the big ones leave SMs idle. On the H200 (2026-11-30, TFLOP/s at 4096^3 bf16, cuBLAS 795):
+# 402, 400 for 128x256x64 at 3 and 4 stages, 381 and 364 for 256x128x64 at 4 and 3, 355 128x128x64, 334
+# 128x64, 328 128x128x32, 291 64x128, 252 64x64; untimed since the epilogue goes through shared memory.
+MMA_TILES = ((128, 128, 32, 2, 2, 4), (128, 128, 64, 2, 2, 3), (256, 128, 64, 4, 2, 3), (256, 128, 64, 4, 2, 4),
+             (128, 256, 64, 2, 4, 3), (128, 256, 64, 2, 4, 4), (128, 64, 64, 2, 2, 3), (64, 128, 32, 2, 2, 4),
+             (64, 64, 64, 2, 2, 4))
+# Skinny: NW n16 tiles (16 NW columns) per block, MT groups of 8 rows (M <= 8 MT), WARPS, KU steps per
+# round, ST stages of the weights' shared-memory ring (0: the next round prefetched into registers).
+# The H200 run of 2026-11-29 measured the previous layout (activations as the mma's A side, 4-byte
+# activation loads) at 74-89% of the copy bandwidth for M = 1 and 60% at M = 16, its int8 form no faster
+# than bf16 (instruction-bound). The operand-swapped register-prefetch tiles (ST = 0) measured 85-100% at
+# M = 1 and 70-97% at M = 16 on 2026-11-30, and the int8 GEMV 1.45-1.6x the bf16 path at 59-80% of the
+# copy bandwidth. Ring tiles (ST > 0: more bytes in flight without registers) were timed the same day and
+# won no decode shape (int8 at M = 1 stayed 1.46-1.6x bf16 on the register tiles): one of each is kept.
+SKINNY_TILES = ((1, 1, 8, 4, 0), (2, 1, 8, 2, 0), (1, 1, 8, 2, 0), (2, 1, 4, 2, 0),   # M <= 8
+                (1, 2, 8, 4, 0), (2, 2, 4, 2, 0), (4, 2, 4, 1, 0),                     # M <= 16
+                (2, 8, 4, 1, 0),                                                       # M <= 64
+                (1, 2, 8, 2, 4))                                                       # ring
+# int8: one 16-byte load per lane and step (half the 16-bit bytes), so deeper KU for the same bytes.
+SKINNY_INT8_TILES = ((1, 1, 8, 8, 0), (2, 1, 8, 4, 0), (1, 1, 8, 4, 0), (2, 2, 8, 4, 0), (4, 2, 4, 2, 0),
+                     (2, 8, 4, 1, 0), (1, 1, 8, 4, 4))
 
 EPILOGUES = (
     Epilogue(),

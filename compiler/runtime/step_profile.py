@@ -3,7 +3,8 @@ trtexec's --dumpProfile does for engine layers: a one-shot plan over runs of its
 model steps over the whole serving run.
 
 Each step's kernel is timed with perf_counter while the profile is on; the executor is otherwise the
-one that serves the plan. Steps whose results were memoized (shape arithmetic, run once per set of
+one that serves the plan. On a GPU plan each timed step waits for the device before its clock stops
+(launches are asynchronous), so the profile's runs are slower than the latency runs, not overlapped. Steps whose results were memoized (shape arithmetic, run once per set of
 input shapes) cost nothing and do not appear. What the steps' sum leaves of a run's latency is the
 executor's own work: gathering arguments, freeing values, its loop.
 """
@@ -30,13 +31,15 @@ class StepTimes:
 
 @contextlib.contextmanager
 def timing_steps(executor):
-    """Within the block every step of `executor` (a CPU plan's) records its time into the yielded
-    StepTimes; the steps run untimed again afterwards."""
+    """Within the block every step of `executor` (a CPU plan's or the GPU executor's) records its time
+    into the yielded StepTimes; the steps run untimed again afterwards."""
     steps = getattr(executor, "_steps", None)
     if steps is None:
-        raise BadInput("--op-profile times the steps of infc's CPU executor; this plan runs on another")
+        raise BadInput("--op-profile times the steps of infc's executors; this plan runs on another")
     times = StepTimes()
     originals = [step.run for step in steps]
+    backend = getattr(executor, "backend", None)
+    wait = backend.synchronize if backend is not None else (lambda: None)
 
     def timed(index: int, run):
         def kernel(args, attrs, ctx):
@@ -44,6 +47,7 @@ def timing_steps(executor):
             try:
                 return run(args, attrs, ctx)
             finally:
+                wait()
                 times.seconds[index] += time.perf_counter() - started
                 times.calls[index] += 1
         return kernel
@@ -65,8 +69,7 @@ def profile_report(executor, times: StepTimes, latencies_ms: list[float]) -> dic
     rows = []
     for index, seconds in times.seconds.items():
         step = steps[index]
-        domain, op = step.key
-        rows.append({"step": step.label, "op": f"{domain}.{op}" if domain else op, "index": index,
+        rows.append({"step": step.label, "op": _op_type(step), "index": index,
                      "ms": seconds * 1e3 / runs, "calls": times.calls[index] / runs})
     rows.sort(key=lambda row: -row["ms"])
     total = sum(row["ms"] for row in rows)
@@ -82,6 +85,15 @@ def profile_report(executor, times: StepTimes, latencies_ms: list[float]) -> dic
     executor_ms = max(sum(latencies_ms) / len(latencies_ms) - total, 0.0) if latencies_ms else None
     return {"runs": times.runs, "steps_ms": total, "executor_ms": executor_ms,
             "steps": rows, "ops": sorted(ops.values(), key=lambda entry: -entry["ms"])}
+
+
+def _op_type(step) -> str:
+    """'domain.Op' of a CPU step (its key); a GPU step's label starts with it."""
+    key = getattr(step, "key", None)
+    if key is None:
+        return step.label.split(" ", 1)[0]
+    domain, op = key
+    return f"{domain}.{op}" if domain else op
 
 
 def format_profile(report: dict) -> list[str]:

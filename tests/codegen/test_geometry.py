@@ -11,8 +11,8 @@ from infc.compiler.runtime.cuda.geometry import (ARGS, choose_splits, kernel_arg
 
 SIMT = BY_NAME["simt_f32_128x128x8x8x8_plain"].params
 MMA = BY_NAME["mma_bf16_128x128x32x2x2x4_plain"].params
-SKINNY = BY_NAME["skinny_bf16_4x1x8x4_plain"].params
-INT8 = BY_NAME["skinny_int8_bf16_4x1x8x4_plain"].params
+SKINNY = BY_NAME["skinny_bf16_1x1x8x4x0_plain"].params
+INT8 = BY_NAME["skinny_int8_bf16_1x1x8x8x0_plain"].params
 
 
 def test_dense_grids_cover_tails():
@@ -24,7 +24,7 @@ def test_dense_grids_cover_tails():
 
 def test_splits_depend_on_n_and_k_only():
     for N, K in [(4096, 4096), (11008, 4096), (4096, 11008), (576, 576), (1536, 576)]:
-        launches = [launch_for(SKINNY, M, N, K) for M in (1, 2, 7, 16)]
+        launches = [launch_for(SKINNY, M, N, K) for M in (1, 2, 7, 8)]
         assert len({x.num_splits for x in launches}) == 1
         splits, num_kb = launches[0].num_splits, -(-K // 32)
         per = -(-num_kb // splits)
@@ -32,10 +32,10 @@ def test_splits_depend_on_n_and_k_only():
 
 
 def test_split_workspace_and_counters():
-    x = launch_for(SKINNY, 16, 4096, 4096)
-    assert x.num_splits > 1 and x.grid == (4096 // 32, x.num_splits, 1)
-    assert x.workspace_floats == x.num_splits * 16 * 4096 and x.num_counters == 4096 // 32
-    single = launch_for(SKINNY, 16, 4096, 4096, num_splits=1)
+    x = launch_for(SKINNY, 8, 4096, 4096)
+    assert x.num_splits > 1 and x.grid == (4096 // 16, x.num_splits, 1)
+    assert x.workspace_floats == x.num_splits * 8 * 4096 and x.num_counters == 4096 // 16
+    single = launch_for(SKINNY, 8, 4096, 4096, num_splits=1)
     assert single.workspace_floats == 0 and single.num_counters == 0
     assert choose_splits(SKINNY, 576, 576) >= 1
 
@@ -43,17 +43,17 @@ def test_split_workspace_and_counters():
 def test_unsupported_shapes_say_why():
     assert unsupported(MMA, 4, 4, 12) == "K not a multiple of 8"
     assert unsupported(SKINNY, 17, 64, 64) == "M too large for skinny tile"
-    assert unsupported(SKINNY, 1, 64, 63) == "K odd"
+    assert unsupported(SKINNY, 1, 64, 60) == "K not a multiple of 8"
     assert unsupported({**SIMT, "swiglu": True}, 1, 63, 8) == "swiglu needs an even N"
     assert unsupported(SIMT, 1, 7, 3) is None
-    with pytest.raises(ValueError, match="K odd"):
+    with pytest.raises(ValueError, match="K not a multiple of 8"):
         launch_for(SKINNY, 1, 64, 63)
 
 
 def test_packed_shape_and_output_shape():
-    assert packed_shape(SKINNY, 100, 1000) == (128, 1024)
-    assert packed_shape(INT8, 100, 1000) == (128, 1024)
-    assert packed_shape(INT8, 100, 1030) == (128, 1088)
+    assert packed_shape(SKINNY, 100, 1000) == (112, 1024)
+    assert packed_shape(INT8, 100, 1000) == (112, 1024)
+    assert packed_shape(INT8, 100, 1030) == (112, 1056)
     assert output_shape({**SIMT, "swiglu": True}, 3, 10) == (3, 5)
 
 

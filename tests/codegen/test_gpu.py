@@ -15,10 +15,11 @@ from infc.compiler.codegen.variants import BY_NAME
 CASES = [
     ("simt_f32_128x128x8x8x8_bias_gelu", (257, 382, 131)),
     ("mma_bf16_128x128x32x2x2x4_bias_swiglu_res_tof32", (300, 262, 264)),
-    ("mma_f16_128x256x32x2x4x3_plain", (513, 1030, 520)),
-    ("skinny_bf16_4x1x8x4_bias_gelu_res", (13, 1030, 1000)),
-    ("skinny_f16_4x4x4x2_plain", (61, 4106, 1030)),
-    ("skinny_int8_bf16_4x1x8x4_bias_swiglu_res_tof32", (16, 1030, 1000)),
+    ("mma_f16_128x256x64x2x4x3_plain", (513, 1030, 520)),
+    ("skinny_bf16_1x1x8x4x0_bias_gelu_res", (7, 1030, 1000)),
+    ("skinny_f16_2x8x4x1x0_plain", (61, 4106, 1032)),
+    ("skinny_int8_bf16_1x1x8x8x0_bias_swiglu_res_tof32", (8, 1030, 1000)),
+    ("skinny_int8_bf16_1x1x8x4x4_plain", (5, 4106, 1032)),
 ]
 
 

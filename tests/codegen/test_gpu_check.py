@@ -30,6 +30,8 @@ def fake_results(gpu_check) -> dict:
     decode = [{"M": M, "N": N, "K": K, "weight_bytes": N * K * 2, "ours": "skinny_x", "ours_us": 10.0,
                "cublas_us": 13.0, "speedup": 1.3, "bw_pct": 85.0}
               for M in gpu_check.DECODE_M for N, K in gpu_check.DECODE_NK]
+    for d in decode:  # int8 at 6 us: 10 / 6 against our bf16 (faster than cuBLAS's 13)
+        d["int8"] = {"us": 6.0}
     results = {"device": {"name": "NVIDIA H200"}, "date": "2026-12-01", "quick": False,
                "ceilings": {"copy_tb_s": 4.3, "bf16_tflops": 790.0, "fp32_tflops": 51.0},
                "correctness": [{"variant": "a", "ok": True}, {"variant": "b", "ok": False}],
@@ -53,6 +55,10 @@ def test_arguments_and_result_path(gpu_check, monkeypatch, tmp_path):
     monkeypatch.delenv("OUT")
     assert gpu_check.result_path(args, "d", "x").parent == gpu_check.ROOT / "bench" / "results"
     assert gpu_check.parse_args(["--quick", "--out", str(tmp_path)]).out == tmp_path
+    assert args.sections == list(gpu_check.SECTIONS)
+    assert gpu_check.parse_args(["--sections", "correctness,decode"]).sections == ["correctness", "decode"]
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(["--sections", "decode,speed"])
 
 
 def test_summary_and_table_with_fake_numbers(gpu_check, tmp_path):
@@ -61,7 +67,9 @@ def test_summary_and_table_with_fake_numbers(gpu_check, tmp_path):
     assert s["variants_failed"] == ["b"] and not s["pass"]["correct"]
     assert math.isclose(s["decode_speedup_geomean"], 1.3) and s["pass"]["decode_speedup"]
     assert s["decode_bw_pct_min_big"] == 85.0 and s["pass"]["mma"] and not s["pass"]["simt"]
+    assert math.isclose(s["int8_vs_best_bf16_m1"], 10 / 6) and not s["pass"]["int8"]
     table = gpu_check.format_table(results)
+    assert "int8 GEMV M=1   1.67x the best bf16 path, 4096 x 11008 (goal 1.7)  MISS" in table
     assert table.splitlines()[0].startswith("gpu_check  NVIDIA H200")
     assert "1/2 variants  FAILED: b" in table and "0.70x cuBLAS SGEMM (goal 0.8)  MISS" in table
     path = gpu_check.write_json(results, tmp_path / "r.json")
@@ -72,7 +80,7 @@ def test_check_shapes_run_on_every_variant_with_tails(gpu_check):
     for v in VARIANTS:
         shapes = gpu_check.check_shapes(v, quick=False)
         assert all(unsupported(v.params, *shape) is None for shape in shapes), v.name
-        tile_m = v.params.get("BM", 16 * v.params.get("MT", 1))
+        tile_m = v.params.get("BM", 8 * v.params.get("MT", 1))
         assert any(M % tile_m for M, _, _ in shapes), f"{v.name}: no M tail"
     quick = gpu_check.selected_variants(VARIANTS, quick=True)
     assert {v.family for v in quick} == {v.family for v in VARIANTS} and len(quick) < 20
@@ -80,7 +88,7 @@ def test_check_shapes_run_on_every_variant_with_tails(gpu_check):
 
 def test_timing_candidates_and_rotations(gpu_check):
     skinny_m64 = gpu_check.timing_candidates(VARIANTS, "skinny", 64)
-    assert skinny_m64 and all(v.params["MT"] == 4 and gpu_check.is_plain(v) for v in skinny_m64)
+    assert skinny_m64 and all(v.params["MT"] == 8 and gpu_check.is_plain(v) for v in skinny_m64)
     from infc.compiler.codegen.variants import MMA_TILES
     mma = gpu_check.timing_candidates(VARIANTS, "mma", 4096)
     assert sorted(v.tile for v in mma) == sorted(MMA_TILES) and all(gpu_check.is_plain(v) for v in mma)
@@ -110,14 +118,15 @@ def results_pass(out_dir) -> dict:
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc (CUDA 13.0) not installed")
 def test_dry_run_on_the_emulator(gpu_check, fake_cupy, monkeypatch, tmp_path, cubin_dir, capsys):
     subset = [BY_NAME[n] for n in ("simt_f32_64x32x16x4x4_plain", "simt_f32_64x32x16x4x4_bias_swiglu_res_tobf16",
-                                   "mma_bf16_64x64x64x2x2x4_plain", "skinny_bf16_4x1x8x4_plain",
-                                   "skinny_bf16_4x4x4x2_plain", "skinny_int8_bf16_4x1x8x4_plain")]
+                                   "mma_bf16_64x64x64x2x2x4_plain", "skinny_bf16_1x1x8x4x0_plain",
+                                   "skinny_bf16_2x8x4x1x0_plain", "skinny_int8_bf16_1x1x8x8x0_plain",
+                                   "skinny_int8_bf16_2x8x4x1x0_plain")]
     monkeypatch.setattr(variants_module, "VARIANTS", tuple(subset))
     tiny = {"DECODE_NK": ((40, 64), (24, 96), (16, 64), (24, 32), (40, 32)), "PREFILL_M": (20, 24, 40),
             "SQUARE": 40, "COPY_ELEMS": 1024, "CEILING_SIZE": 32}
     for name, value in tiny.items():
         monkeypatch.setattr(gpu_check, name, value)
-    monkeypatch.setattr(gpu_check, "check_shapes", lambda v, quick: [(13, 38, 40)] if v.family != "skinny_int8"
+    monkeypatch.setattr(gpu_check, "check_shapes", lambda v, quick: [(7, 38, 40)] if v.family != "skinny_int8"
                         else [(3, 24, 128)])
     monkeypatch.setattr(gpu_check, "rotations", lambda nbytes, cap=64: 2)
     bench = gpu_check.Device.bench

@@ -41,7 +41,7 @@ def test_mma_opts_into_large_shared_memory(fake_cupy, cubin_dir):
 
 
 def test_skinny_split_k_reuses_its_workspace(fake_cupy, cubin_dir):
-    kernel, launch = run_through_launcher("skinny_int8_bf16_4x1x8x4_bias", (3, 64, 1024), cubin_dir, calls=2,
+    kernel, launch = run_through_launcher("skinny_int8_bf16_1x1x8x8x0_bias", (3, 64, 1024), cubin_dir, calls=2,
                                           num_splits=2)
     assert launch.num_splits == 2 and kernel.function.launches == 2
     assert kernel._workspace.size >= launch.workspace_floats and not kernel._counters.any()

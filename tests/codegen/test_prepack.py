@@ -1,5 +1,6 @@
-"""Prepack orders against a model of how the skinny kernel's lanes read them, written from the
-mma.m16n8k16 B-fragment layout (b0: k = 2t, 2t+1; b1: k = 8+2t, 9+2t; n = g; lane = 4g + t)."""
+"""Prepack orders against a model of how the skinny kernel's lanes read them (templates/skinny.cuh),
+written from the mma.m16n8k16 A-fragment layout with the kernel's slot -> k choice: register r of
+k16 half s in lane (g, t) holds row g + 8 (r % 2) and k = 8 t + 4 s + 2 (r // 2) + (0, 1)."""
 
 from __future__ import annotations
 
@@ -12,28 +13,34 @@ from infc.compiler.codegen.reference import gemm_reference, relative_error
 
 def read_as_kernel(packed: np.ndarray, N: int, K: int, nw: int, kind: str) -> np.ndarray:
     """Rebuilds W (padded) from the packed bytes the way skinny.cuh consumes them."""
-    step = prepack.SKINNY_K_STEP[kind]
-    n_pad, k_pad = -(-N // (8 * nw)) * 8 * nw, -(-K // step) * step
-    elems = packed.view(np.uint16) if kind != "int8" else packed
-    per_lane = 16 // elems.itemsize
+    step = prepack.SKINNY_K_STEP
+    n_pad, k_pad = -(-N // (16 * nw)) * 16 * nw, -(-K // step) * step
+    loads = 1 if kind == "int8" else 2          # 16-byte loads per lane, step and n16 tile
+    lanes = packed.reshape(-1, 16)              # one row per lane load, in memory order
     w = np.full((n_pad, k_pad), -1, dtype=np.int64)
     index = 0
-    for group in range(n_pad // (8 * nw)):
+    for group in range(n_pad // (16 * nw)):
         for kb in range(k_pad // step):
             for j in range(nw):
-                for lane in range(32):
-                    g, t = lane // 4, lane % 4
-                    for e in range(per_lane):
-                        if kind == "int8":      # byte 4s + 2h + e of the lane's 16
-                            s, h, pair = e // 4, (e % 4) // 2, e % 2
-                        else:                   # word 2s + h, element e % 2
-                            s, h, pair = e // 4, (e // 2) % 2, e % 2
-                        n = group * nw * 8 + j * 8 + g
-                        k = kb * step + s * 16 + h * 8 + 2 * t + pair
-                        assert w[n, k] == -1, "an element is packed twice"
-                        w[n, k] = elems[index]
+                for v in range(loads):
+                    for lane in range(32):
+                        g, t = lane // 4, lane % 4
+                        data = lanes[index]
                         index += 1
-    assert index == elems.size and (w >= 0).all()
+                        for s in range(2):
+                            for r in range(4):
+                                for e in range(2):
+                                    if kind == "int8":   # word 2 s + r // 2; bytes 0, 2 (r even) or 1, 3
+                                        value = data[4 * (2 * s + r // 2) + 2 * e + r % 2]
+                                    elif v == s:         # load s, word r
+                                        value = data.view(np.uint16)[2 * r + e]
+                                    else:
+                                        continue
+                                    n = group * 16 * nw + 16 * j + g + 8 * (r % 2)
+                                    k = kb * step + 8 * t + 4 * s + 2 * (r // 2) + e
+                                    assert w[n, k] == -1, "an element is packed twice"
+                                    w[n, k] = value
+    assert index == lanes.shape[0] and (w >= 0).all()
     return w
 
 

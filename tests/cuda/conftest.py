@@ -4,6 +4,7 @@ Real cubins are compiled with nvcc where it is installed."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from infc.compiler import build_cuda, target
 from infc.compiler.autotune.gpu_gemm import GpuTarget
 from infc.compiler.codegen import emulate
 from infc.compiler.codegen.cache import CubinCache
+from infc.compiler.codegen.compile import find_nvcc
 from infc.compiler.codegen.chain_kernel import arg_types as chain_arg_types, chain_ops, render_chain
 from infc.compiler.runtime.cuda import backend as backend_module, plan_loader
 
@@ -111,3 +113,23 @@ def stand_in_device(monkeypatch, numpy_gpu, emulated_kernels, emu_dir):
     monkeypatch.setattr(plan_loader, "kernel_launches", launches)
     monkeypatch.setattr(plan_loader, "chain_functions", chain_functions)
     return loaded
+
+
+@pytest.fixture
+def compile_elementwise_body(tmp_path):
+    """Compiles a CuPy ElementwiseKernel body for sm_90 inside a kernel shaped like CuPy's wrapper (float32
+    inputs by value, the output by reference): catches a body NVRTC would reject, without a GPU."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc (CUDA 13.0) not installed")
+
+    def compile_body(body: str, inputs: tuple[str, ...], output: str) -> None:
+        src = tmp_path / "body.cu"
+        params = ", ".join(f"const float* {name}s" for name in inputs)
+        reads = " ".join(f"const float {name} = {name}s[threadIdx.x];" for name in inputs)
+        src.write_text(f'extern "C" __global__ void k({params}, float* outs) {{\n    {reads}\n'
+                       f"    float& {output} = outs[threadIdx.x];\n    {body};\n}}\n")
+        run = subprocess.run([nvcc, "--cubin", "-arch=sm_90", "-o", str(tmp_path / "body.cubin"), str(src)],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+    return compile_body

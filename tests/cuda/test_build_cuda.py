@@ -18,6 +18,7 @@ from infc.compiler.runtime.feeds_io import random_plan_feeds
 from infc.compiler.runtime.session import PlanSession
 from infc.compiler.verify import ort_session
 from infc.compiler.model_io import load_model
+from infc.compiler.runtime.step_profile import profile_report, timing_steps
 
 from .conftest import EMULATED, EMULATED_LOW
 
@@ -79,6 +80,15 @@ def test_cuda_plan_matches_onnxruntime(model, tmp_path, stand_in_device):
     assert compiled == [i for i in chain_steps if i not in absorbed]  # every float32 chain that still runs,
     # and every standalone activation of SINGLE_OP_CHAINS
     assert placed["chain_launches"] == len(compiled) and placed["chain_kernels"] == len(compiled)
+
+    # `infc run --op-profile` on the device executor: each step timed (waiting for the device), by op type
+    with timing_steps(session.executor) as step_times:
+        session.run(session.check_feeds(random_plan_feeds(session, 12), "random"))
+        step_times.runs += 1
+    profile = profile_report(session.executor, step_times, [1e3])
+    ops = {entry["op"] for entry in profile["ops"]}
+    assert profile["steps"] and profile["steps_ms"] > 0 and not any("'" in op or " " in op for op in ops)
+    assert ops & {"MatMul", "Gemm", "Conv", "infc.FusedConv"}, ops
 
 
 def test_target_cuda_without_device_is_refused(tmp_path, monkeypatch):

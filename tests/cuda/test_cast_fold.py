@@ -6,7 +6,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from infc.compiler.runtime.cuda.cast_fold import ROUND_OP, fold_cast_pairs, round_bf16_bits, round_to
+from infc.compiler.runtime.cuda.cast_fold import (BODIES, ROUND_OP, elide_repeated_rounding, fold_cast_pairs,
+                                                  round_bf16_bits, round_to)
 
 
 def cast(name, src, to):
@@ -29,6 +30,31 @@ def test_a_pair_whose_low_value_has_one_use_folds_into_one_step():
     folded = placed[1][1]
     assert (folded["domain"], folded["op"]) == ROUND_OP
     assert folded["inputs"] == ["a"] and folded["outputs"] == ["a32"] and folded["attrs"] == {"to": 16}
+
+
+def round_to_step(name, src, to):
+    return {"op": ROUND_OP[1], "domain": ROUND_OP[0], "name": name, "inputs": [src], "outputs": [name],
+            "attrs": {"to": to}}
+
+
+def step(op, inputs, outputs):
+    return {"op": op, "domain": "", "name": outputs[0], "inputs": list(inputs), "outputs": list(outputs), "attrs": {}}
+
+
+def test_rounding_a_value_that_holds_low_type_values_already_is_dropped():
+    steps = [round_to_step("a", "x", 16),                        # x: unknown values, kept
+             step("Reshape", ["a", "shape"], ["r"]), round_to_step("r16", "r", 16),       # reshape of rounded: dropped
+             step("Split", ["g", "split"], ["s0", "s1"]), round_to_step("s0r", "s0", 16),  # g rounded by cuBLAS: dropped
+             round_to_step("s1h", "s1", 10),                    # another type: kept
+             step("Add", ["r16", "s0r"], ["sum"]), round_to_step("sumr", "sum", 16),      # arithmetic: kept
+             step("Transpose", ["sumr"], ["t"]), round_to_step("out", "t", 16),          # a graph output: kept
+             step("Relu", ["s0r"], ["z"])]
+    placed = elide_repeated_rounding(list(enumerate(steps)), rounded={"g": 16}, keep={"out"})
+    names = [s["name"] for _, s in placed]
+    assert names == ["a", "r", "s0", "s1h", "sum", "sumr", "t", "out", "z"]
+    by_name = {s["name"]: s for _, s in placed}
+    assert by_name["sum"]["inputs"] == ["r", "s0"] and by_name["z"]["inputs"] == ["s0"]  # readers read the input
+    assert steps[6]["inputs"] == ["r16", "s0r"]  # the program itself is left as it was
 
 
 def test_bf16_rounding_arithmetic_matches_ml_dtypes_on_ties_overflow_and_nan():
@@ -54,3 +80,19 @@ def test_the_stand_in_op_rounds_like_the_two_casts():
     for to, low in ((10, np.float16), (16, ml_dtypes.bfloat16)):
         (got,) = round_to([x], {"to": to}, Ctx())
         assert got.dtype == np.float32 and np.array_equal(got, x.astype(low).astype(np.float32))
+
+
+def test_the_cuda_bodies_compile_for_sm90(compile_elementwise_body):
+    """The fp16 body once named CuPy's float16, which NVRTC rejected on the H200."""
+    for body in BODIES.values():
+        compile_elementwise_body(body, ("x",), "y")
+
+
+def test_only_a_16_bit_site_that_always_runs_cublas_rounds_its_output():
+    from infc.compiler.runtime.cuda.gemm import Choice, GemmSpec
+
+    cublas, tile = Choice(64, "cublas"), Choice(4096, "kernel", "mma_bf16_128x128x32x2x2x4x_tof32")
+    site = GemmSpec(3, "w@nk", 8, 8, (cublas,), None, "bfloat16")
+    assert site.rounded_to == "bfloat16"
+    assert GemmSpec(3, "w@nk", 8, 8, (cublas, tile), None, "bfloat16").rounded_to is None  # our tiles write fp32
+    assert GemmSpec(3, "w@nk", 8, 8, (cublas,), None, "float32").rounded_to is None

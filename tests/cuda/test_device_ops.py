@@ -148,3 +148,9 @@ def test_fixture_models_run_with_no_host_fallback(model_name):
     for name, want in zip(executor.output_names, expected):
         error = np.abs(actual[name].astype(np.float64) - want).max() / max(np.abs(want).max(), 1e-30)
         assert error <= 1e-4, f"{model_name} {name}: {error:.2e}"
+
+
+def test_the_bias_gelu_kernel_body_compiles_for_sm90(compile_elementwise_body):
+    from infc.compiler.runtime.cuda.ops_elementwise import BIAS_GELU_CUDA
+
+    compile_elementwise_body(BIAS_GELU_CUDA, ("x", "bias"), "y")

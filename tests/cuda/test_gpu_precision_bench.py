@@ -29,6 +29,8 @@ def test_fp32_fp16_bf16_plans_of_one_encoder_side_by_side(stand_in_device, tmp_p
         assert record["host_fallback_ops"] == []
         low = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[precision]
         assert set(record["gemm_sites_by_dtype"]) == {low}  # every GEMM weight was rounded, so every site is low
+        profile = record["op_profile"]  # where the time goes, per op type, for the next device run to read
+        assert profile["steps_ms"] > 0 and profile["ops"] and len(profile["slowest_steps"]) <= 25
     assert plans["fp16"]["max_rel_err"] > plans["fp32"]["max_rel_err"]  # the low type really computed
     assert set(result["speedup"]) == {"fp16", "bf16"} and all(s > 0 for s in result["speedup"].values())
     assert any("fp16" in line and "x fp32" in line for line in bench.format_lines(result))

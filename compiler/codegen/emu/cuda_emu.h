@@ -22,6 +22,7 @@
 
 #define __global__
 #define __device__
+#define __constant__
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(...)
@@ -83,6 +84,17 @@ inline unsigned pack_f16x2(float lo, float hi) { return f32_to_f16_bits(lo) | (u
 // Vector types (u32x4, f32x2) come later, from common.cuh: templates defer the lookup.
 template <class V> inline V ld_stream_16(const V* p) { return *p; }
 template <class V> inline V ld_cg_f32x2(const V* p) { return *p; }
+template <class V> inline V ld_nc_16(const V* p) { return *p; }
+
+// add.rn.bf16x2 / add.rn.f16x2: each half added in fp32 and rounded to nearest even, as the GPU does.
+inline unsigned add_bf16x2(unsigned a, unsigned b) {
+    auto half = [](unsigned r, int hi) { return bits_to_f32((hi ? r >> 16 : r & 0xFFFFu) << 16); };
+    return pack_bf16x2(half(a, 0) + half(b, 0), half(a, 1) + half(b, 1));
+}
+inline unsigned add_f16x2(unsigned a, unsigned b) {
+    auto half = [](unsigned r, int hi) { return f16_bits_to_f32(static_cast<unsigned short>(hi ? r >> 16 : r & 0xFFFFu)); };
+    return pack_f16x2(half(a, 0) + half(b, 0), half(a, 1) + half(b, 1));
+}
 
 inline void cp_async_16(void* dst, const void* src, int src_bytes) {
     emu::Copy c{dst, src, src_bytes};

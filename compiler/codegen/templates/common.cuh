@@ -77,6 +77,20 @@ __device__ __forceinline__ f32x2 ld_cg_f32x2(const f32x2* p) {
     f32x2 r; asm volatile("ld.global.cg.v2.f32 {%0,%1}, [%2];\n" : "=f"(r.x), "=f"(r.y) : "l"(p));
     return r;
 }
+// Read-only 16-byte load through L1 (activations, which several warps and blocks read). Volatile
+// like ld_stream_16, so the compiler keeps it where the source issues it, ahead of its use.
+__device__ __forceinline__ u32x4 ld_nc_16(const u32x4* p) {
+    u32x4 r;
+    asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
+}
+// Packed 16-bit adds (one instruction for two values).
+__device__ __forceinline__ unsigned add_bf16x2(unsigned a, unsigned b) {
+    unsigned r; asm("add.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r;
+}
+__device__ __forceinline__ unsigned add_f16x2(unsigned a, unsigned b) {
+    unsigned r; asm("add.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b)); return r;
+}
 __device__ __forceinline__ float bits_to_f32(unsigned u) { return __uint_as_float(u); }
 #endif  // INFC_EMU
 

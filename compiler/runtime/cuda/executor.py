@@ -29,7 +29,7 @@ from ..executor import ISLAND_OP, _island_runner
 from ..kernels import kernel_for
 from ..kernels.common import KernelContext, decode_attrs
 from .backend import Backend
-from .cast_fold import fold_cast_pairs
+from .cast_fold import LOW_CODES, elide_repeated_rounding, fold_cast_pairs
 from .chain import ChainRunner
 from .gemm import GemmSite, GemmSpec, device_steps
 from .ops import device_op_for
@@ -76,10 +76,14 @@ class DeviceExecutor:
             consumed = {n for s in steps for n in s["inputs"]}
             output_names = [n for s in steps for n in s["outputs"] if n and n not in consumed]
         self.output_names = list(output_names)
-        self.arena = arena
         sites = {spec.step: spec for spec in gemms}
         host_values = shape_values(steps, self._weights)
         placed = fold_cast_pairs(device_steps(steps, gemms), host_values, set(self.output_names))
+        rounded = {step["outputs"][0]: LOW_CODES[sites[index].rounded_to] for index, step in placed
+                   if index in sites and sites[index].rounded_to and step["outputs"] and step["outputs"][0]}
+        placed = elide_repeated_rounding(placed, rounded, set(self.output_names))
+        # an arena, or how to plan one over the steps as they run here (plan_loader)
+        self.arena = arena([step for _, step in placed]) if callable(arena) else arena
         self._steps = [self._prepare(i, s, host_values, sites.get(i), launches or {}, islands or {}) for i, s in placed]
         for step, (index, program_step) in zip(self._steps, placed):
             if index in (chains or {}) and step.where == DEVICE:

@@ -82,6 +82,15 @@ class GemmSpec:
         """The site applies this part of its own step (bias / act): the op must not."""
         return self.epilogue is not None and part in self.epilogue.own
 
+    @property
+    def rounded_to(self) -> str | None:
+        """The low type all of this site's outputs are rounded to, or None: a 16-bit site that always runs
+        cuBLAS (whose 16-bit output the site widens) with no epilogue after it. Generated tiles write
+        their fp32 accumulators unrounded."""
+        if self.dtype == "float32" or self.epilogue is not None or any(c.impl != CUBLAS for c in self.choices):
+            return None
+        return self.dtype
+
     def choice_for(self, m: int) -> Choice:
         for choice in self.choices:
             if m <= choice.m_max:

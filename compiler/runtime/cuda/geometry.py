@@ -20,7 +20,6 @@ ARGS = {
 ARGS["skinny_int8"] = ARGS["skinny"]
 INT_ARGS = frozenset({"M", "N", "K", "num_splits"})
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
-STATIC_SMEM_LIMIT = 48 * 1024
 
 
 @dataclass(frozen=True)
@@ -37,13 +36,22 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def skinny_k_step(params: Mapping[str, Any]) -> int:
-    return 64 if params["family"] == "skinny_int8" else 32
+SKINNY_K_STEP = 32  # k per packed step (prepack.SKINNY_K_STEP)
+
+
+def skinny_cols(params: Mapping[str, Any]) -> int:
+    """Output columns of one skinny block: NW n16 tiles."""
+    return 16 * params["NW"]
+
+
+def skinny_rows(params: Mapping[str, Any]) -> int:
+    """Most rows a skinny tile computes: MT groups of 8 (the mma's n8 side)."""
+    return 8 * params["MT"]
 
 
 def packed_shape(params: Mapping[str, Any], N: int, K: int) -> tuple[int, int]:
     """(rows, k) of the zero-padded weight the skinny kernels read (prepack.pack_skinny pads to it)."""
-    return _ceil(N, 8 * params["NW"]) * 8 * params["NW"], _ceil(K, skinny_k_step(params)) * skinny_k_step(params)
+    return _ceil(N, skinny_cols(params)) * skinny_cols(params), _ceil(K, SKINNY_K_STEP) * SKINNY_K_STEP
 
 
 def unsupported(params: Mapping[str, Any], M: int, N: int, K: int) -> str | None:
@@ -56,18 +64,18 @@ def unsupported(params: Mapping[str, Any], M: int, N: int, K: int) -> str | None
     if family == "mma" and K % 8:
         return "K not a multiple of 8"
     if family.startswith("skinny"):
-        if M > 16 * params["MT"]:
+        if M > skinny_rows(params):
             return "M too large for skinny tile"
-        if K % 2:
-            return "K odd"
+        if K % 8:
+            return "K not a multiple of 8"
     return None
 
 
 def choose_splits(params: Mapping[str, Any], N: int, K: int, num_sms: int = 132) -> int:
     """Split-K count of a skinny kernel from N and K only (never M: batch invariance). Aims at
     about 32 resident warps per multiprocessor, with every warp of a block given KU steps."""
-    num_groups = _ceil(N, 8 * params["NW"])
-    num_kb = _ceil(K, skinny_k_step(params))
+    num_groups = _ceil(N, skinny_cols(params))
+    num_kb = _ceil(K, SKINNY_K_STEP)
     target_blocks = num_sms * 32 // params["WARPS"]
     max_splits = max(1, num_kb // (params["WARPS"] * params["KU"]))
     splits = max(1, min(_ceil(target_blocks, num_groups), max_splits))
@@ -95,13 +103,20 @@ def launch_for(params: Mapping[str, Any], M: int, N: int, K: int, num_sms: int =
         blocks = _ceil(M, params["BM"]) * _ceil(N, params["BN"])
         smem = params["STAGES"] * (params["BM"] + params["BN"]) * params["BK"] * ITEMSIZE[params["dtype"]]
         return Launch((blocks, 1, 1), (block_threads(params), 1, 1), smem)
-    num_groups = _ceil(N, 8 * params["NW"])
-    num_kb = _ceil(K, skinny_k_step(params))
+    num_groups = _ceil(N, skinny_cols(params))
+    num_kb = _ceil(K, SKINNY_K_STEP)
     splits = num_splits or choose_splits(params, N, K, num_sms)
     splits = _ceil(num_kb, _ceil(num_kb, max(1, min(splits, num_kb))))
-    workspace = splits * M * num_groups * 8 * params["NW"] if splits > 1 else 0
-    return Launch((num_groups, splits, 1), (block_threads(params), 1, 1), 0, splits, workspace,
-                  num_groups if splits > 1 else 0)
+    workspace = splits * M * num_groups * skinny_cols(params) if splits > 1 else 0
+    return Launch((num_groups, splits, 1), (block_threads(params), 1, 1), skinny_ring_bytes(params), splits,
+                  workspace, num_groups if splits > 1 else 0)
+
+
+def skinny_ring_bytes(params: Mapping[str, Any]) -> int:
+    """Dynamic shared memory of a skinny tile: ST stages of each warp's round of 16-byte weight loads
+    per lane (two per step and n16 tile for 16-bit weights, one for int8); 0 for ST = 0."""
+    loads = 1 if params["family"] == "skinny_int8" else 2
+    return params["WARPS"] * params["ST"] * params["KU"] * params["NW"] * loads * 32 * 16
 
 
 def output_shape(params: Mapping[str, Any], M: int, N: int) -> tuple[int, int]:

@@ -13,7 +13,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .geometry import ITEMSIZE, STATIC_SMEM_LIMIT, Launch, kernel_args, launch_for, output_shape, packed_shape
+from .geometry import ITEMSIZE, Launch, kernel_args, launch_for, output_shape, packed_shape
+
+MAX_SHARED_CARVEOUT = 100  # percent of the unified L1 as shared memory (cudaSharedmemCarveoutMaxShared)
 
 
 class GemmKernel:
@@ -27,7 +29,10 @@ class GemmKernel:
         self.module = module if module is not None else cupy.RawModule(path=str(cubin))
         self.function = self.module.get_function(kernel_name)
         self.num_sms = num_sms or cupy.cuda.Device().attributes["MultiProcessorCount"]
-        self._smem_limit = STATIC_SMEM_LIMIT
+        # dynamic shared memory opted in so far: the 48 KB a launch gets without opting in covers static and
+        # dynamic together, so any dynamic size opts in (a 48 KB skinny ring plus its 2 KB reduction buffer
+        # failed to launch on the H200 when only sizes over 48 KB did)
+        self._smem_limit = 0
         self._null = cupy.zeros(4, dtype=cupy.float32)
         self._workspace = cupy.empty(0, dtype=cupy.float32)
         self._counters = cupy.zeros(0, dtype=cupy.uint32)
@@ -55,12 +60,18 @@ class GemmKernel:
         return launch
 
     def _opt_in_smem(self, nbytes: int) -> None:
-        """RawKernel has a property for it; a Function of a Module loaded from bytes goes through the driver."""
+        """RawKernel has a property for it; a Function of a Module loaded from bytes goes through the driver.
+        The carveout hint asks for the largest shared-memory share of the unified L1, so that two blocks of
+        96 KB (the 128x128x64 mma tile) can share a multiprocessor."""
         if hasattr(self.function, "max_dynamic_shared_size_bytes"):
             self.function.max_dynamic_shared_size_bytes = nbytes
+            if hasattr(self.function, "preferred_shared_memory_carveout"):
+                self.function.preferred_shared_memory_carveout = MAX_SHARED_CARVEOUT
         else:
             driver = self._cp.cuda.driver
             driver.funcSetAttribute(self.function.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+            carveout = getattr(driver, "CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT", 9)  # 9 in cuda.h
+            driver.funcSetAttribute(self.function.ptr, carveout, MAX_SHARED_CARVEOUT)
 
     def _check(self, a, w, out, bias, scale, residual, M: int, N: int, K: int) -> None:
         """Catches what would otherwise be a silent out-of-bounds access."""

@@ -4,6 +4,7 @@ Semantics follow the CPU kernels in runtime/kernels/ (ONNX and ORT contrib defin
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -146,7 +147,22 @@ def _gated(inputs, attrs, ctx):
 
 
 def _bias_gelu(inputs, attrs, ctx):
-    return [gelu_erf(inputs[0] + inputs[1], ctx)]
+    x, bias = inputs
+    if ctx.xp is np or x.dtype != np.float32 or bias.dtype != np.float32:  # the stand-in device: array ops
+        return [gelu_erf(x + bias, ctx)]
+    return [_bias_gelu_kernel()(x, bias)]
+
+
+@functools.cache
+def _bias_gelu_kernel():
+    """BiasGelu as one launch: op by op it was five passes over the tensor plus erf's own (about 1 ms for a
+    16 x 512 x 4096 activation on the H200, ten times its bytes' time). Same formula as gelu_erf."""
+    import cupy  # noqa: PLC0415 - GPU machines only
+
+    return cupy.ElementwiseKernel("float32 x, float32 bias", "float32 y", BIAS_GELU_CUDA, "infc_bias_gelu")
+
+
+BIAS_GELU_CUDA = f"const float v = x + bias; y = v * (0.5f + 0.5f * erff(v * {SQRT1_2!r}f))"
 
 
 def _fast_gelu(inputs, attrs, ctx):

@@ -18,7 +18,7 @@ import numpy as np
 
 from ...errors import BadInput
 from .chain import ChainRunner
-from .gemm import GemmSpec, device_steps
+from .gemm import GemmSpec
 
 ELF_MAGIC = b"\x7fELF"
 
@@ -118,9 +118,10 @@ def device_executor(plan, weights: dict[str, np.ndarray], backend=None, launches
         out = spec.epilogue.output if spec.epilogue is not None else meta["program"][spec.step]["outputs"][0]
         if out in shapes:
             sizes[out] = int(np.prod(shapes[out])) * weights[spec.w_nk].dtype.itemsize
-    if sizes:  # planned over the steps as the device runs them (epilogues absorb steps)
-        steps = [step for _, step in device_steps(meta["program"], specs)]
-        arena = Arena(plan_arena(steps, output_names, sizes, VIEW_OPS), backend.xp)
+    if sizes:  # planned by the executor over the steps as the device runs them (epilogues absorb steps,
+        # dropped roundings make a GEMM output live on where its rounded copy did)
+        def arena(steps):
+            return Arena(plan_arena(steps, output_names, sizes, VIEW_OPS), backend.xp)
     islands = {name: bytes(view) for name, view in plan.sections.items() if name.startswith("island")}
     return DeviceExecutor(meta["program"], weights, meta.get("opset", 17), backend, islands=islands,
                           output_names=output_names, gemms=specs, launches=launches, arena=arena, chains=chains)
