@@ -88,11 +88,23 @@ def test_the_cuda_bodies_compile_for_sm90(compile_elementwise_body):
         compile_elementwise_body(body, ("x",), "y")
 
 
-def test_only_a_16_bit_site_that_always_runs_cublas_rounds_its_output():
-    from infc.compiler.runtime.cuda.gemm import Choice, GemmSpec
+def test_every_16_bit_site_without_an_epilogue_rounds_its_output():
+    from infc.compiler.runtime.cuda.gemm import Choice, EpilogueSpec, GemmSpec
 
-    cublas, tile = Choice(64, "cublas"), Choice(4096, "kernel", "mma_bf16_128x128x32x2x2x4x_tof32")
-    site = GemmSpec(3, "w@nk", 8, 8, (cublas,), None, "bfloat16")
-    assert site.rounded_to == "bfloat16"
-    assert GemmSpec(3, "w@nk", 8, 8, (cublas, tile), None, "bfloat16").rounded_to is None  # our tiles write fp32
+    cublas, tile = Choice(64, "cublas"), Choice(4096, "kernel", "mma_bf16_128x128x32x2x2x4_tof32")
+    assert GemmSpec(3, "w@nk", 8, 8, (cublas, tile), None, "bfloat16").rounded_to == "bfloat16"
+    assert GemmSpec(3, "w@nk", 8, 8, (cublas,), None, "float16").rounded_to == "float16"
     assert GemmSpec(3, "w@nk", 8, 8, (cublas,), None, "float32").rounded_to is None
+    with_bias = GemmSpec(3, "w@nk", 8, 8, (cublas,), EpilogueSpec.from_json({"bias": "b", "output": "y"}), "bfloat16")
+    assert with_bias.rounded_to is None  # the bias add after the GEMM leaves fp32 values
+
+
+def test_a_16_bit_site_rounds_what_a_generated_tile_writes():
+    import ml_dtypes
+
+    from infc.compiler.runtime.cuda.cast_fold import round_in_place
+
+    x = np.random.default_rng(4).standard_normal(1000).astype(np.float32)
+    y = x.copy()
+    round_in_place(y, "bfloat16", np)
+    assert np.array_equal(y, x.astype(ml_dtypes.bfloat16).astype(np.float32)) and not np.array_equal(x, y)

@@ -7,9 +7,10 @@ pair is the single op `z = RoundTo(x, to=low)`: fp32 in, fp32 out, every value r
 nearest low-type value (ties to even, NaN kept, overflow to inf), exactly what the two Casts give.
 
 Rounding is idempotent, so a RoundTo whose input already holds low-type values is dropped and its
-readers read the input (elide_repeated_rounding): a RoundTo's own output, a GEMM site whose output
-cuBLAS rounded already, and data movement of such values (a reshape or transpose between two casts).
-In a bf16 BERT-style encoder that is 10 of the 17 RoundTo launches a layer.
+readers read the input (elide_repeated_rounding): a RoundTo's own output, a 16-bit GEMM site's output
+(rounded by cuBLAS, or by the site after a generated tile: runtime/cuda/gemm.py), and data movement of
+such values (a reshape or transpose between two casts). In a bf16 BERT-style encoder that is 10 of the
+17 RoundTo launches a layer.
 """
 
 from __future__ import annotations
@@ -109,6 +110,14 @@ def round_to(inputs, attrs, ctx):
     if ctx.xp is np or x.dtype != np.float32:  # the stand-in device, or a value that is not fp32 after all
         return [x.astype(np_dtype(to)).astype(x.dtype if x.dtype.kind == "f" else np.float32)]
     return [_cupy_kernel(to)(x)]
+
+
+def round_in_place(x, low: str, xp) -> None:
+    """Rounds an fp32 device array to the low type's values where it lies (a 16-bit GEMM site's output)."""
+    if xp is np:  # the stand-in device
+        x[...] = x.astype(np_dtype(LOW_CODES[low])).astype(np.float32)
+    else:
+        _cupy_kernel(LOW_CODES[low])(x, x)
 
 
 @functools.cache

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from ...errors import BadInput
+from .cast_fold import round_in_place
 
 CUBLAS = "cublas"
 # launch(a (M, K), w_nk (N, K), out (M, N), M, N, K) -> None; GemmKernel.__call__ has this shape
@@ -84,10 +85,10 @@ class GemmSpec:
 
     @property
     def rounded_to(self) -> str | None:
-        """The low type all of this site's outputs are rounded to, or None: a 16-bit site that always runs
-        cuBLAS (whose 16-bit output the site widens) with no epilogue after it. Generated tiles write
-        their fp32 accumulators unrounded."""
-        if self.dtype == "float32" or self.epilogue is not None or any(c.impl != CUBLAS for c in self.choices):
+        """The low type all of this site's outputs are rounded to, or None: every 16-bit site with no
+        epilogue after its GEMM (GemmSite rounds what a generated tile writes, as cuBLAS's 16-bit output
+        is), so the program's next rounding is dropped (cast_fold.elide_repeated_rounding)."""
+        if self.dtype == "float32" or self.epilogue is not None:
             return None
         return self.dtype
 
@@ -132,8 +133,10 @@ class GemmSite:
             a_low = a.astype(self.low)
             if choice.impl == CUBLAS:
                 out[...] = self.xp.matmul(a_low, self.w_nk.T)
-            else:
+            else:  # the tile writes fp32 accumulators: rounded here, so the output is what cuBLAS's would be
                 self.launches[choice.kernel](a_low.view(np.uint16), self.w_nk.view(np.uint16), out, m, self.spec.n, k)
+                if epilogue is None:
+                    round_in_place(out, self.spec.dtype, self.xp)
             name = choice.impl if choice.impl == CUBLAS else choice.kernel
         elif choice.impl == CUBLAS:
             self.xp.matmul(a, self.w_nk.T, out=out)
