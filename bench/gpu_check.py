@@ -668,8 +668,9 @@ def run_device(args, results: dict, started: float) -> None:
     rng = np.random.default_rng(args.seed)
     sections = set(args.sections)
     timed_families = {f for name in sections for f in SECTION_FAMILIES.get(name, ())}
+    # by default every family when everything runs (or no timed section does), else the timed ones
     families = set(args.families.split(",")) if args.families else (
-        timed_families if sections != set(SECTIONS) else {v.family for v in variants})
+        timed_families if sections != set(SECTIONS) and timed_families else {v.family for v in variants})
     for v in (variants if "correctness" in sections else []):
         if v.family not in families:
             continue
