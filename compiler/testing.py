@@ -86,3 +86,15 @@ def lowered_and_observed(model: onnx.ModelProto, feeds_by_level: dict[str, dict[
         _, shapes = sample_run(program, feeds)
         seen[level] = {**{name: (tuple(np.shape(v)), np.asarray(v).dtype.name) for name, v in feeds.items()}, **shapes}
     return program, seen
+
+
+def random_block_codes(rng, k: int, n: int, group: int, dtype, uint8_high: int = 256):
+    """Random weight-only quantized operands of a (k, n) weight in blocks of `group` rows along k:
+    codes, float32 scales and zero points ((ceil(k / group), n)); int8 in [-127, 127], uint8 in
+    [0, uint8_high) (16: 4-bit values held in bytes)."""
+    low, high = (-127, 128) if dtype == np.int8 else (0, uint8_high)
+    blocks = -(-k // group)
+    codes = rng.integers(low, high, (k, n)).astype(dtype)
+    scale = (rng.random((blocks, n), dtype=np.float32) * 0.01 + 1e-3).astype(np.float32)
+    zero = rng.integers(low, high, (blocks, n)).astype(dtype)
+    return codes, scale, zero

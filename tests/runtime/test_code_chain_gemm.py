@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from infc.compiler.runtime import chain_gemm, invariant_gemm, jit
+from infc.compiler.testing import random_block_codes
 from infc.compiler.runtime.code_chain_gemm import codes_product
 from infc.compiler.runtime.kernels.batch_invariant import batch_invariant
 from infc.compiler.runtime.kernels.common import KernelContext
@@ -15,11 +16,8 @@ needs_jit = pytest.mark.skipif(not jit.enabled(), reason="compiled kernels are o
 
 
 def _codes(rng, k, n, group, dtype):
-    low, high = (-127, 128) if dtype == np.int8 else (0, 16)
-    blocks = -(-k // group)
-    codes = rng.integers(low, high, (k, n)).astype(dtype)
-    scale = (rng.random((blocks, n), dtype=np.float32) * 0.01 + 1e-3).astype(np.float32)
-    zero = rng.integers(low, high, (blocks, n)).astype(dtype)
+    """Codes, scales, zero points (uint8: 4-bit values) and the weight the plan's DequantizeLinear rebuilds."""
+    codes, scale, zero = random_block_codes(rng, k, n, group, dtype, uint8_high=16)
     weight = dequantize_linear([codes, scale, zero], {"axis": 0, "block_size": group}, None)[0]
     return codes, scale, zero, weight
 

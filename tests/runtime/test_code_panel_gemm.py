@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from infc.compiler.runtime import chain_gemm, invariant_gemm, jit, panel_gemm
+from infc.compiler.testing import random_block_codes
 from infc.compiler.runtime.code_chain_gemm import codes_product
 from infc.compiler.runtime.panel_gemm import code_panel_product, pack_code_panels
 from infc.compiler.runtime.kernels.batch_invariant import batch_invariant
@@ -16,21 +17,12 @@ from infc.compiler.runtime.kernels.quant import dequantize_linear
 needs_jit = pytest.mark.skipif(not jit.enabled(), reason="compiled kernels are off or numba is missing")
 
 
-def _codes(rng, k, n, group, dtype):
-    low, high = (-127, 128) if dtype == np.int8 else (0, 256)
-    blocks = -(-k // group)
-    codes = rng.integers(low, high, (k, n)).astype(dtype)
-    scale = (rng.random((blocks, n), dtype=np.float32) * 0.01 + 1e-3).astype(np.float32)
-    zero = rng.integers(low, high, (blocks, n)).astype(dtype)
-    return codes, scale, zero
-
-
 @needs_jit
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8])
 @pytest.mark.parametrize("k, n, group", [(576, 200, 32), (100, 37, 16), (61, 33, 7), (1000, 16, 128)])
 def test_code_panels_sum_as_the_codes_chain_kernel(dtype, k, n, group):
     rng = np.random.default_rng(k + n + group)
-    codes, scale, zero = _codes(rng, k, n, group, dtype)
+    codes, scale, zero = random_block_codes(rng, k, n, group, dtype)
     packed = pack_code_panels(codes, scale, zero)
     x = rng.standard_normal((40, k)).astype(np.float32)
     for edges in (invariant_gemm.own_edges(k), np.asarray(chain_gemm.k_blocks(k, 32, 1), np.int64),
@@ -47,7 +39,7 @@ def test_code_panels_sum_as_the_codes_chain_kernel(dtype, k, n, group):
 @needs_jit
 def test_splitting_code_panels_between_cores_changes_no_bit(monkeypatch):
     rng = np.random.default_rng(5)
-    codes, scale, zero = _codes(rng, 300, 520, 16, np.int8)
+    codes, scale, zero = random_block_codes(rng, 300, 520, 16, np.int8)
     packed, edges = pack_code_panels(codes, scale, zero), invariant_gemm.own_edges(300)
     x = rng.standard_normal((12, 300)).astype(np.float32)
     split = code_panel_product(x, packed, 520, 16, edges)
@@ -59,7 +51,7 @@ def test_splitting_code_panels_between_cores_changes_no_bit(monkeypatch):
 def test_the_op_takes_prefill_rows_from_code_panels_where_the_blas_has_no_recipe(monkeypatch):
     rng = np.random.default_rng(6)
     k, n, group = 576, 96, 32
-    codes, scale, zero = _codes(rng, k, n, group, np.uint8)
+    codes, scale, zero = random_block_codes(rng, k, n, group, np.uint8)
     weight = dequantize_linear([codes, scale, zero], {"axis": 0, "block_size": group}, None)[0]
     monkeypatch.setitem(invariant_gemm._MIN_ROWS, (weight.shape, weight.strides), None)
     coded = {"inner_op": "MatMul", "inner_domain": "", "const_inputs": [1], "weight_group": group}
@@ -73,7 +65,7 @@ def test_the_op_takes_prefill_rows_from_code_panels_where_the_blas_has_no_recipe
 
 
 def test_without_compiled_kernels_the_code_panels_decline():
-    codes, scale, zero = _codes(np.random.default_rng(7), 64, 32, 16, np.int8)
+    codes, scale, zero = random_block_codes(np.random.default_rng(7), 64, 32, 16, np.int8)
     with jit.disabled():
         assert code_panel_product(np.ones((9, 64), np.float32), pack_code_panels(codes, scale, zero), 32, 16,
                                   invariant_gemm.own_edges(64)) is None
