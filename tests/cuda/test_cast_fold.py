@@ -106,5 +106,25 @@ def test_a_16_bit_site_rounds_what_a_generated_tile_writes():
 
     x = np.random.default_rng(4).standard_normal(1000).astype(np.float32)
     y = x.copy()
-    round_in_place(y, "bfloat16", np)
+    round_in_place(y, "bfloat16")
     assert np.array_equal(y, x.astype(ml_dtypes.bfloat16).astype(np.float32)) and not np.array_equal(x, y)
+
+
+def test_a_16_bit_site_rounds_a_widened_cublas_product_too():
+    """GemmSpec.rounded_to promises low-type values; an array module whose 16-bit matmul returned fp32
+    must not break that promise."""
+    import types
+
+    import ml_dtypes
+
+    from infc.compiler.runtime.cuda.gemm import Choice, GemmSite, GemmSpec
+
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((3, 16)).astype(ml_dtypes.bfloat16).astype(np.float32)  # rounded, as the plan's are
+    w = rng.standard_normal((8, 16)).astype(ml_dtypes.bfloat16)
+    widening = types.SimpleNamespace(**{name: getattr(np, name) for name in ("empty", "asarray")},
+                                     matmul=lambda x, y: np.matmul(x.astype(np.float32), y.astype(np.float32)))
+    site = GemmSite(GemmSpec(0, "w@nk", 8, 16, (Choice(64, "cublas"),), None, "bfloat16"), w, {}, widening)
+    out = site(a)
+    assert np.array_equal(out, out.astype(ml_dtypes.bfloat16).astype(np.float32))
+    assert np.abs(out - a @ w.astype(np.float32).T).max() < 0.05

@@ -132,11 +132,14 @@ class GemmSite:
         if self.low is not None:  # the plan rounded A to the low type already: this conversion is exact
             a_low = a.astype(self.low)
             if choice.impl == CUBLAS:
-                out[...] = self.xp.matmul(a_low, self.w_nk.T)
-            else:  # the tile writes fp32 accumulators: rounded here, so the output is what cuBLAS's would be
+                product = self.xp.matmul(a_low, self.w_nk.T)
+                out[...] = product
+                rounded = product.dtype == self.low  # a 16-bit product (an array module might widen it)
+            else:  # the tile writes fp32 accumulators
                 self.launches[choice.kernel](a_low.view(np.uint16), self.w_nk.view(np.uint16), out, m, self.spec.n, k)
-                if epilogue is None:
-                    round_in_place(out, self.spec.dtype, self.xp)
+                rounded = False
+            if not rounded and epilogue is None:  # GemmSpec.rounded_to promises low-type values
+                round_in_place(out, self.spec.dtype)
             name = choice.impl if choice.impl == CUBLAS else choice.kernel
         elif choice.impl == CUBLAS:
             self.xp.matmul(a, self.w_nk.T, out=out)
