@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-SKINNY_K_STEP = 32  # k per packed step, both weight kinds
+from ..runtime.cuda.geometry import SKINNY_K_STEP  # k per packed step, both weight kinds
+
 
 
 def float_to_bf16_bits(x, xp=np):

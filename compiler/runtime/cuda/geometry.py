@@ -36,7 +36,7 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-SKINNY_K_STEP = 32  # k per packed step (prepack.SKINNY_K_STEP)
+SKINNY_K_STEP = 32  # k per packed step of the skinny kernels (prepack.pack_skinny pads K to it)
 
 
 def skinny_cols(params: Mapping[str, Any]) -> int:
