@@ -136,7 +136,7 @@ def tune_cuda(program: Program, shapes_by_level: dict, profile, options, log, ta
     from .codegen.compile import cubin_for  # noqa: PLC0415
     from .codegen.generate import kernel_name  # noqa: PLC0415
     from .codegen.epilogue_match import match_epilogue  # noqa: PLC0415
-    from .codegen.plan_kernels import EpilogueFuser, compile_chains  # noqa: PLC0415
+    from .codegen.plan_kernels import EpilogueFuser, compile_chains, compile_rows  # noqa: PLC0415
     from .codegen.variants import variant_named  # noqa: PLC0415
 
     fingerprint = fingerprint or cuda_fingerprint()
@@ -195,10 +195,13 @@ def tune_cuda(program: Program, shapes_by_level: dict, profile, options, log, ta
     absorbed = {i for entry in gemms for i in (entry.get("epilogue") or {}).get("absorbed", ())}
     chain_sections, chains = compile_chains(program, shapes_by_level, fingerprint["arch"], cubins, log, absorbed)
     sections.update(chain_sections)
+    row_sections, rows = compile_rows(program, fingerprint["arch"], cubins, log)
+    sections.update(row_sections)
     return {"table": [table_row(r) for r in report.results.values()], "sections": sections, "fingerprint": fingerprint,
             "cache_stats": {"hits": report.num_cache_hits, "misses": report.num_cache_misses,
                             "time_s": round(report.time_s, 3)},
-            "meta": {"cuda": {"kernels": kernels, "gemms": gemms, "chains": chains, "host_ops": host_ops(program)}}}
+            "meta": {"cuda": {"kernels": kernels, "gemms": gemms, "chains": chains, "rows": rows,
+                              "host_ops": host_ops(program)}}}
 
 
 

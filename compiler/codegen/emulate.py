@@ -79,7 +79,11 @@ def build_source(kernel_source: str, entry: str, types: list[tuple[str, str]], w
     return lib
 
 
-SCALAR_CTYPES = {"int": ctypes.c_int, "long long": ctypes.c_longlong}
+SCALAR_CTYPES = {"int": ctypes.c_int, "long long": ctypes.c_longlong, "float": ctypes.c_float}
+
+
+def _scalar(ctype: str, value):
+    return float(value) if ctype == "float" else int(value)
 
 
 def launch(variant: Variant, lib: Path, grid, block, values, *, eager: bool = True) -> None:
@@ -88,7 +92,7 @@ def launch(variant: Variant, lib: Path, grid, block, values, *, eager: bool = Tr
 
 
 def launch_types(types: list[tuple[str, str]], lib: Path, grid, block, values, *, eager: bool = True) -> None:
-    storage = [SCALAR_CTYPES[t](int(v)) if t in SCALAR_CTYPES else ctypes.c_void_p(int(v))
+    storage = [SCALAR_CTYPES[t](_scalar(t, v)) if t in SCALAR_CTYPES else ctypes.c_void_p(int(v))
                for (t, _), v in zip(types, values, strict=True)]
     argv = (ctypes.c_void_p * len(storage))(*[ctypes.cast(ctypes.pointer(s), ctypes.c_void_p) for s in storage])
     fn = ctypes.CDLL(str(lib)).emu_launch
@@ -145,7 +149,7 @@ class Kernel:
 
 class Function:
     """A generated kernel run by the emulator with CuPy's RawKernel call convention,
-    fn(grid, block, args), args being C-contiguous ndarrays and integers (the chain kernels in CI)."""
+    fn(grid, block, args), args being C-contiguous ndarrays, integers and floats (the chain and row kernels in CI)."""
 
     def __init__(self, kernel_source: str, entry: str, types: list[tuple[str, str]], workdir: Path):
         self.entry, self.types = entry, types
@@ -156,7 +160,7 @@ class Function:
         values = []
         for (ctype, name), arg in zip(self.types, args, strict=True):
             if ctype in SCALAR_CTYPES:
-                values.append(int(arg))
+                values.append(_scalar(ctype, arg))
             elif not (isinstance(arg, np.ndarray) and arg.flags.c_contiguous):
                 raise ValueError(f"emulated {self.entry}: '{name}' must be a contiguous ndarray")
             else:

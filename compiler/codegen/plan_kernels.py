@@ -71,3 +71,23 @@ def compile_chains(program, shapes_by_level: dict, arch: str, cubins, log, skip=
         except (UnsupportedChain, CompileError) as error:
             log(f"elementwise chain '{step.get('name', index)}' runs op by op: {str(error).splitlines()[0]}")
     return sections, chains
+
+
+def compile_rows(program, arch: str, cubins, log) -> tuple[dict, dict]:
+    """The row kernels the program's steps launch (codegen/row_kernels.py): plan sections and
+    meta["cuda"]["rows"]. One that fails to compile or spills is left out (logged): its ops run as array ops."""
+    from .compile import CompileError, cubin_for_source  # noqa: PLC0415
+    from .row_kernels import row_entries, row_source  # noqa: PLC0415
+
+    sections, rows = {}, {}
+    for entry in row_entries(program.steps):
+        try:
+            cubin, info = cubin_for_source(row_source(entry), entry, arch, cubins)
+            if _spills(info.get("resources")):
+                raise CompileError(f"{entry} spills registers ({info.get('resources')})")
+        except CompileError as error:
+            log(f"row kernel {entry} left out, its ops run as array ops: {str(error).splitlines()[0]}")
+            continue
+        sections[CUBIN_SECTION + entry] = cubin
+        rows[entry] = {"section": CUBIN_SECTION + entry, "arch": arch, "sha256": hashlib.sha256(cubin).hexdigest(), **info}
+    return sections, rows

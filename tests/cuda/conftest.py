@@ -16,7 +16,9 @@ from infc.compiler.codegen import emulate
 from infc.compiler.codegen.cache import CubinCache
 from infc.compiler.codegen.compile import find_nvcc
 from infc.compiler.codegen.chain_kernel import arg_types as chain_arg_types, chain_ops, render_chain
+from infc.compiler.codegen.row_kernels import row_source
 from infc.compiler.runtime.cuda import backend as backend_module, plan_loader
+from infc.compiler.runtime.cuda.rows import ROW_ARGS
 
 FAKE_GPU = {"kind": "cuda", "gpu": "NVIDIA H200 (stand-in)", "cc": "9.0", "arch": "sm_90", "sms": 132,
             "driver": 13000, "cuda_runtime": 13000, "cupy": "14.2.0"}
@@ -110,8 +112,15 @@ def stand_in_device(monkeypatch, numpy_gpu, emulated_kernels, emu_dir):
             loaded[entry] = image
         return functions
 
+    def row_functions(images, load_module=None):  # the plan's row kernels, built for the emulator
+        for entry, cubin in images.items():
+            assert cubin.startswith(b"\x7fELF")
+            loaded[entry] = cubin
+        return {entry: emulate.Function(row_source(entry), entry, ROW_ARGS[entry], emu_dir) for entry in images}
+
     monkeypatch.setattr(plan_loader, "kernel_launches", launches)
     monkeypatch.setattr(plan_loader, "chain_functions", chain_functions)
+    monkeypatch.setattr(plan_loader, "row_functions", row_functions)
     return loaded
 
 

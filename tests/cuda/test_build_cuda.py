@@ -11,6 +11,7 @@ import pytest
 from infc.compiler import target
 from infc.compiler.build import BuildOptions, build
 from infc.compiler.codegen.chain_kernel import chain_ops
+from infc.compiler.codegen.row_kernels import row_entries
 from infc.compiler.codegen.compile import find_nvcc
 from infc.compiler.codegen.variants import variant_named
 from infc.compiler.plan.format import read_plan
@@ -73,7 +74,10 @@ def test_cuda_plan_matches_onnxruntime(model, tmp_path, stand_in_device):
     assert sum(launched.values()) == len(cuda["gemms"])
     if EMULATED in cuda["kernels"]:
         assert launched.get(EMULATED)
-    assert set(stand_in_device) == set(cuda["kernels"]) | set(cuda["chains"])  # every cubin loaded, from the plan
+    assert set(stand_in_device) == set(cuda["kernels"]) | set(cuda["chains"]) | set(cuda["rows"])  # every cubin
+    # loaded, from the plan; the row kernels the program's softmax / attention / norm steps launch
+    assert sorted(cuda["rows"]) == row_entries(plan.meta["program"])
+    assert bool(placed["row_launches"]) == bool(cuda["rows"]) and (model != "bert_ts.onnx" or len(cuda["rows"]) == 2)
     chain_steps = [i for i, step in enumerate(plan.meta["program"]) if chain_ops(step) is not None]
     absorbed = {i for entry in cuda["gemms"] for i in (entry.get("epilogue") or {}).get("absorbed", ())}
     compiled = sorted(i for info in cuda["chains"].values() for i in info["steps"])

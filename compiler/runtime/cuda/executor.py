@@ -7,7 +7,8 @@ Placement, decided once at construction, per step:
     device gemm      a tuned GEMM site (gemm.py), writing into the arena (arena.py); a site with an
                      epilogue also does the steps it absorbed, which are dropped (gemm.device_steps).
     device           an op of the device table (ops.py) over backend.xp; an ElementwiseChain with a
-                     cubin in the plan is one generated kernel (chain.py); an fp16/bf16 plan's
+                     cubin in the plan is one generated kernel (chain.py); softmax, attention scores
+                     and norms launch the plan's row kernels (rows.py); an fp16/bf16 plan's
                      Cast pairs through the low type are one rounding launch (cast_fold.py).
     host fallback    no device op (or an onnxruntime island): inputs copied to the host, the CPU
                      kernel, outputs copied back when a device step reads them. `report()` and
@@ -34,6 +35,7 @@ from .chain import ChainRunner
 from .gemm import GemmSite, GemmSpec, device_steps
 from .ops import device_op_for
 from .ops_elementwise import EPILOGUE_ACTIVATIONS
+from .rows import RowKernels
 
 SHAPE_SOURCES = {("", "Shape"), ("", "Size")}
 SMALL_CONSTANT = 64  # elements: constants this small are shape arithmetic or scalars, kept on the host too
@@ -49,6 +51,7 @@ class DeviceContext:
     memo: dict = field(default_factory=dict)
     gemm: GemmSite | None = None
     chain: ChainRunner | None = None   # an ElementwiseChain step's generated kernel
+    rows: RowKernels | None = None     # the plan's row kernels (softmax, norms), for the ops that use them
 
 
 @dataclass
@@ -68,8 +71,8 @@ class DeviceExecutor:
     def __init__(self, steps: list[dict], weights: dict[str, np.ndarray], opset: int, backend: Backend, *,
                  islands: dict[str, bytes] | None = None, output_names: list[str] | None = None,
                  gemms: list[GemmSpec] = (), launches: dict | None = None, arena=None,
-                 chains: dict[int, ChainRunner] | None = None):
-        self.backend, self.opset = backend, int(opset)
+                 chains: dict[int, ChainRunner] | None = None, rows: RowKernels | None = None):
+        self.backend, self.opset, self.rows = backend, int(opset), rows
         self._weights = dict(weights)
         self._device_weights: dict[str, object] = {}
         if output_names is None:
@@ -110,7 +113,7 @@ class DeviceExecutor:
                 raise BadInput(f"no runtime kernel for {label}")
             ctx = KernelContext(self.opset, [None] * len(outputs))
             return _Step(kernel, attrs, ctx, inputs, outputs, label, HOST_SHAPE if on_host else HOST_FALLBACK)
-        ctx = DeviceContext(self.backend.xp, self.backend.erf, self.opset, [None] * len(outputs))
+        ctx = DeviceContext(self.backend.xp, self.backend.erf, self.opset, [None] * len(outputs), rows=self.rows)
         where = DEVICE
         if spec is not None:
             bias = spec.epilogue.bias if spec.epilogue is not None else None
@@ -217,6 +220,7 @@ class DeviceExecutor:
                 "host_fallback_ops": sorted({s.label.split(" ")[0] for s in self._steps if s.where == HOST_FALLBACK}),
                 "gemm_launches": dict(gemm_counts), "copies": dict(self.backend.copies),
                 "chain_kernels": len(chains), "chain_launches": sum(c.launches for c in chains),
+                "row_launches": self.rows.launches if self.rows is not None else 0,
                 "rounding_steps": sum(s.label.startswith("infc.cuda.RoundTo") for s in self._steps),
                 "arena_bytes": self.arena.plan.arena_bytes if self.arena is not None else 0}
 

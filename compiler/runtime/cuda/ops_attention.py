@@ -3,7 +3,8 @@ ONNX and the ORT contrib forms), with the semantics of the CPU kernels in runtim
 Layout names: B batch, N heads, S query length, T key length, H head size.
 
 MultiHeadAttention is two batched GEMMs (cuBLAS through xp.matmul) around a masked softmax over T;
-the mask and the causal band are built on the device. Rotary tables (cos twice, -sin / +sin) are
+the mask and the causal band are built on the device. With the plan's row kernels (rows.py) the scale,
+the causal band and the softmax are one in-place pass over the scores. Rotary tables (cos twice, -sin / +sin) are
 gathered per run from the caches by position, as the CPU kernel does."""
 
 from __future__ import annotations
@@ -26,19 +27,35 @@ def softmax_last(scores, xp):
     return e / xp.where(total == 0, total.dtype.type(1), total)
 
 
+def _masked(scores, padding, attn_bias, filler, xp):
+    """Scores with padded keys set to `filler`, then the additive bias, as onnxruntime applies them."""
+    if padding is not None:
+        if padding.ndim == 1:  # key lengths per batch
+            padding = xp.arange(scores.shape[-1])[None, :] < padding[:, None]
+        keep = padding.astype(bool).reshape((padding.shape[0], 1) + (1,) * (3 - padding.ndim) + padding.shape[1:])
+        scores = xp.where(keep, scores, scores.dtype.type(filler))
+    if attn_bias is not None:
+        scores = scores + attn_bias
+    return scores
+
+
 def multi_head_attention(inputs, attrs, ctx):
     xp = ctx.xp
     q, k, v, padding, attn_bias, scale = mha_operands(inputs, attrs, xp)
-    scores = xp.matmul(q, xp.swapaxes(k, -1, -2)) * q.dtype.type(scale)
+    scores = xp.matmul(q, xp.swapaxes(k, -1, -2))
+    rows = getattr(ctx, "rows", None)
+    if rows is not None and rows.may_softmax(scores):  # scale, causal band and softmax: one pass, in place
+        filler = attrs.get("mask_filter_value", -10000.0)
+        if padding is not None or attn_bias is not None:  # those go first, as array ops
+            scores = _masked(scores * scores.dtype.type(scale), padding, attn_bias, filler, xp)
+            scale = 1.0
+        causal_len = scores.shape[-2] if attrs.get("unidirectional", 0) else 0
+        probs = rows.softmax(scores, xp, scale=scale, causal_len=causal_len, filler=filler, in_place=True)
+        return [_merge(xp.matmul(probs, v), xp), k, v]
+    scores = scores * q.dtype.type(scale)
     s_len, t_len = scores.shape[-2:]
     filler = q.dtype.type(attrs.get("mask_filter_value", -10000.0))
-    if padding is not None:
-        if padding.ndim == 1:  # key lengths per batch
-            padding = xp.arange(t_len)[None, :] < padding[:, None]
-        keep = padding.astype(bool).reshape((padding.shape[0], 1) + (1,) * (3 - padding.ndim) + padding.shape[1:])
-        scores = xp.where(keep, scores, filler)
-    if attn_bias is not None:
-        scores = scores + attn_bias
+    scores = _masked(scores, padding, attn_bias, filler, xp)
     if attrs.get("unidirectional", 0):
         scores = xp.where(xp.tril(xp.ones((s_len, t_len), dtype=bool), t_len - s_len), scores, filler)
     y = xp.matmul(softmax_last(scores, xp), v)

@@ -6,6 +6,7 @@ meta["cuda"]:
     kernels  {variant: {"section": "cubin/<variant>", "entry", "params", "arch", "sha256", ...}}
     gemms    [{"step", "w_nk", "N", "K", "choices": [...], "epilogue": {...}}]   (gemm.py)
     chains   {entry: {"section": "cubin/<entry>", "num_inputs", "steps", "arch", "sha256", ...}}  (chain.py)
+    rows     {entry: {"section": "cubin/<entry>", "arch", "sha256", ...}}  (rows.py; absent in older plans)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 from ...errors import BadInput
 from .chain import ChainRunner
 from .gemm import GemmSpec
+from .rows import RowKernels
 
 ELF_MAGIC = b"\x7fELF"
 
@@ -44,6 +46,19 @@ def chain_images(plan_path, cuda_meta: Mapping, sections: Mapping[str, Any], arc
     return {entry: ChainImage(entry, int(info["num_inputs"]), tuple(int(i) for i in info["steps"]),
                               _cubin(plan_path, entry, info, sections, arch))
             for entry, info in (cuda_meta.get("chains") or {}).items()}
+
+
+def row_images(plan_path, cuda_meta: Mapping, sections: Mapping[str, Any], arch: str | None = None) -> dict[str, bytes]:
+    """The plan's row-kernel cubins (meta["cuda"]["rows"]) by entry, checked as the GEMM ones."""
+    return {entry: _cubin(plan_path, entry, info, sections, arch) for entry, info in (cuda_meta.get("rows") or {}).items()}
+
+
+def row_functions(images: Mapping[str, bytes], load_module=None) -> dict[str, Callable]:
+    """Row entry -> fn(grid, block, args) from its cubin's module (tests swap in the CPU emulator)."""
+    from .launcher import load_cubin  # noqa: PLC0415 - imports CuPy
+
+    load_module = load_module or load_cubin
+    return {entry: load_module(cubin).get_function(entry) for entry, cubin in images.items()}
 
 
 def _cubin(plan_path, name: str, info: Mapping, sections: Mapping[str, Any], arch: str | None) -> bytes:
@@ -109,6 +124,8 @@ def device_executor(plan, weights: dict[str, np.ndarray], backend=None, launches
     functions = chain_functions(images, meta["program"]) if images else {}
     chains = {step: ChainRunner(functions[entry], image.num_inputs, num_sms)
               for entry, image in images.items() for step in image.steps}
+    row_cubins = row_images(plan.path, cuda_meta, plan.sections, arch)
+    rows = RowKernels(row_functions(row_cubins)) if row_cubins else None
     output_names = [o["name"] for o in meta["outputs"]]
     specs = gemm_specs(cuda_meta)
     arena = None
@@ -124,4 +141,5 @@ def device_executor(plan, weights: dict[str, np.ndarray], backend=None, launches
             return Arena(plan_arena(steps, output_names, sizes, VIEW_OPS), backend.xp)
     islands = {name: bytes(view) for name, view in plan.sections.items() if name.startswith("island")}
     return DeviceExecutor(meta["program"], weights, meta.get("opset", 17), backend, islands=islands,
-                          output_names=output_names, gemms=specs, launches=launches, arena=arena, chains=chains)
+                          output_names=output_names, gemms=specs, launches=launches, arena=arena, chains=chains,
+                          rows=rows)
