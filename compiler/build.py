@@ -23,7 +23,8 @@ from .model_io import check_inference_mode, load_model
 from .optimize import optimize_model
 from .plan.format import ArraySection, write_plan
 from .plan_report import kernel_name
-from .profile import Profile, check_profile_matches_model, default_profile, feeds_profile, load_profile
+from .profile import (Profile, check_profile_matches_model, default_profile, defaulted_dims_note, feeds_profile,
+                      load_profile)
 from .runtime.executor import Executor
 from .runtime.feeds_io import check_feeds, feeds_digest, gather_table_rows, random_inputs
 from .runtime.kernels import has_kernel
@@ -110,6 +111,8 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         del model
         return build_decoder_plan(model_path, handed, profile, output, options, log)
     check_profile_matches_model(profile, graph_inputs)
+    if not profile_path and given is None and (note := defaulted_dims_note(graph_inputs)):
+        target_notes.append(note)
     for note in target_notes:
         log(note)
     fingerprint = target_fingerprint(options.target)

@@ -171,6 +171,17 @@ def default_profile(model_inputs: list[dict]) -> Profile:
     return Profile(inputs, source="<model's static shapes>")
 
 
+def defaulted_dims_note(model_inputs: list[dict]) -> str | None:
+    """What default_profile fixed at 1, for the build log (trtexec also says when it overrides a dynamic
+    shape), or None when every input is static."""
+    dynamic = [f"{info['name']}[{', '.join(str(d) for d in info.get('shape') or [])}]" for info in model_inputs
+               if any(not (isinstance(d, int) and d > 0) for d in info.get("shape") or [])]
+    if not dynamic:
+        return None
+    return (f"no --profile: the dynamic dims of {', '.join(dynamic)} are built at 1; other shapes still run, "
+            "untuned and with a warning (pass --profile SHAPES.yaml with min/opt/max to tune for them)")
+
+
 def feeds_profile(feeds: dict) -> Profile:
     """A static profile at the shapes of given inputs (`infc build --inputs` without --profile)."""
     return Profile({name: InputRange(*(tuple(array.shape),) * 3) for name, array in feeds.items()},

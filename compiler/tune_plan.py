@@ -90,7 +90,7 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
         timed = ", ".join(f"{label} {ms:.3g} ms" for label, ms in context["program_ms"].items())
         log(f"onnxruntime tactics: {context['num_kept']} of {context['num_marked']} convolution and GEMM steps"
             f"{' and ' + str(context['num_bridges']) + ' steps between them' if context['num_bridges'] else ''} run in "
-            f"onnxruntime, in {context['num_sessions']} sessions (the program at the opt shapes with the steps whose time "
+            f"onnxruntime, in {context['num_sessions']} session{'' if context['num_sessions'] == 1 else 's'} (the program at the opt shapes with the steps whose time "
             f"alone, onnxruntime's over infc's, is: {timed})"
             + "".join(f"; not a candidate: {reason}" for reason in context["rejected_wrong"])
             + ("; the choice replayed from the timing cache, its outputs checked" if context["cached"] else ""))

@@ -2,7 +2,7 @@ import pytest
 import yaml
 
 from infc.compiler.errors import BadInput
-from infc.compiler.profile import check_profile_matches_model, load_profile, parse_profile
+from infc.compiler.profile import check_profile_matches_model, defaulted_dims_note, load_profile, parse_profile
 
 MODEL_INPUTS = [{"name": "pixel_values", "dtype": "float32", "shape": ["batch", 3, 224, 224]}]
 
@@ -57,3 +57,9 @@ def test_yaml_errors(tmp_path):
         load_profile(bad)
     with pytest.raises(BadInput, match="no such profile"):
         load_profile(tmp_path / "missing.yaml")
+
+
+def test_building_without_a_profile_says_which_dims_it_fixed():
+    note = defaulted_dims_note(MODEL_INPUTS + [{"name": "mask", "dtype": "int64", "shape": [None, 7]}])
+    assert "pixel_values[batch, 3, 224, 224]" in note and "mask[None, 7]" in note and "--profile" in note
+    assert defaulted_dims_note([{"name": "x", "dtype": "float32", "shape": [1, 3]}]) is None
