@@ -82,7 +82,7 @@ def precision_speed(workdir: Path, cache_dir: Path, *, layers: int = 4, hidden: 
             executor = session.executor.report()
             record.update(max_rel_err=float(error), latency_ms=1e3 * statistics.median(times[3:]),
                           gemm_launches=executor.get("gemm_launches"), host_fallback_ops=executor.get("host_fallback_ops"),
-                          rounding_steps=executor.get("rounding_steps"),
+                          rounding_steps=executor.get("rounding_steps"), row_launches=executor.get("row_launches"),
                           gemm_sites_by_dtype=_sites_by_dtype(session.plan.meta))
             record["gemm_tflops"] = round(gemm_flops / (record["latency_ms"] / 1e3) / 1e12, 1)
             record["op_profile"] = _op_profile(session, feeds, times[3:])

@@ -31,6 +31,7 @@ def test_fp32_fp16_bf16_plans_of_one_encoder_side_by_side(stand_in_device, tmp_p
         assert set(record["gemm_sites_by_dtype"]) == {low}  # every GEMM weight was rounded, so every site is low
         profile = record["op_profile"]  # where the time goes, per op type, for the next device run to read
         assert profile["steps_ms"] > 0 and profile["ops"] and len(profile["slowest_steps"]) <= 25
+        assert record["row_launches"] > 0  # attention scores and the norms ran as row kernels
     assert plans["fp16"]["max_rel_err"] > plans["fp32"]["max_rel_err"]  # the low type really computed
     assert set(result["speedup"]) == {"fp16", "bf16"} and all(s > 0 for s in result["speedup"].values())
     assert any("fp16" in line and "x fp32" in line for line in bench.format_lines(result))
