@@ -82,6 +82,12 @@ def test_top_k(largest, axis, rng, single_node, ort_check):
     ort_check(model, {"x": x})
 
 
+def test_top_k_opset_1_takes_k_as_an_attribute(rng, single_node, ort_check):
+    x = rng.standard_normal((4, 6)).astype(F32)
+    model = single_node("TopK", {"x": x}, [("v", F32), ("i", I64)], {"axis": 1, "k": 2}, {}, opset=9)
+    ort_check(model, {"x": x})
+
+
 @pytest.mark.parametrize("largest", [0, 1])
 @pytest.mark.parametrize("axis", [-1, 0])
 def test_top_k_of_a_few_among_many_selects_then_sorts_like_onnxruntime(largest, axis, rng, single_node, ort_check):

@@ -113,7 +113,9 @@ def unique(inputs, attrs, ctx):
 
 
 def top_k(inputs, attrs, ctx):
-    x, k = inputs[0], int(np.asarray(inputs[1]).reshape(-1)[0])
+    x = inputs[0]
+    k_input = inputs[1] if len(inputs) > 1 else None  # opset < 10: k is an attribute
+    k = int(attrs["k"]) if k_input is None else int(np.asarray(k_input).reshape(-1)[0])
     axis = norm_axis(attrs.get("axis", -1), x.ndim)
     # Stable sort keeps the lower index first among equal values, as ONNX asks.
     if attrs.get("largest", 1):
