@@ -67,11 +67,15 @@ def _table_rows(program: Program) -> dict[str, int]:
 
 
 def sample_run(program: Program, feeds: dict) -> tuple[dict, dict[str, tuple]]:
-    """Run the program once, recording every value's shape and dtype (for the memory plan)."""
+    """Run the program once, recording every tensor's shape and dtype (for the memory plan; sequences
+    and optionals, which islands may pass between steps, are not planned)."""
     seen: dict[str, tuple] = {}
+
+    def observe(name: str, value) -> None:
+        if isinstance(value, np.ndarray):
+            seen[name] = (tuple(value.shape), value.dtype.name)
     executor = Executor(program.steps, program.weights, program.opset, program.islands,
-                        output_names=[o["name"] for o in program.outputs],
-                        observer=lambda name, array: seen.__setitem__(name, (tuple(array.shape), array.dtype.name)))
+                        output_names=[o["name"] for o in program.outputs], observer=observe)
     return executor.run(feeds), seen
 
 
