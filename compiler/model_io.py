@@ -40,7 +40,21 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise BadInput(f"{path}: cannot load external data: {_first_line(exc)}") from None
     _check_acyclic(model.graph, path)
     _check_model(model, path)
-    return model
+    return _inline_local_functions(model, path)
+
+
+def _inline_local_functions(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:
+    """A model's own functions (FunctionProtos in model.functions, as onnxscript and module-preserving
+    exports write them) expanded into the graph, as onnxruntime does on load: the passes, the lowering and
+    onnxruntime islands then see ordinary nodes (an island calling a function it does not carry fails)."""
+    if not model.functions:
+        return model
+    import onnx.inliner  # noqa: PLC0415
+
+    try:
+        return onnx.inliner.inline_local_functions(model)
+    except Exception as exc:  # noqa: BLE001 - onnx's C++ inliner raises plain exceptions
+        raise BadInput(f"{path}: cannot expand the model's local functions: {_first_line(exc)}") from None
 
 
 def check_inference_mode(model: onnx.ModelProto, path: str | os.PathLike) -> None:

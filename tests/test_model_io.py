@@ -124,3 +124,33 @@ def test_models_past_two_gib_are_reported_as_such_not_crashed_on(monkeypatch):
 
     assert model_io.serialized(TooLarge()) is None and not model_io._fits_bytesize(TooLarge())
     assert model_io.serialized(model) == model.SerializeToString()
+
+
+def test_local_functions_are_expanded_on_load_and_a_plan_runs_them(tmp_path):
+    """A model calling its own FunctionProto twice (onnxscript's style): loaded as plain nodes, so the
+    build lowers it (an onnxruntime island without the function failed: 'not a registered function/op')."""
+    from onnx import TensorProto, numpy_helper
+
+    from infc.compiler.build import BuildOptions, build
+    from infc.compiler.runtime.session import PlanSession
+    from infc.compiler.verify import ort_session
+
+    function = helper.make_function("local", "TanhGate", ["a", "w"], ["o"], [
+        helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["t"]),
+        helper.make_node("Mul", ["t", "m"], ["o"])], opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("TanhGate", ["x", "w1"], ["h"], domain="local"), helper.make_node("TanhGate", ["h", "w2"], ["y"], domain="local")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), name) for name in ("w1", "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+                              functions=[function], ir_version=8)
+    path = tmp_path / "f.onnx"
+    onnx.save(model, path)
+    loaded = model_io.load_model(path)
+    assert not loaded.functions and [n.op_type for n in loaded.graph.node].count("Tanh") == 2
+    build(str(path), None, str(tmp_path / "f.plan"), BuildOptions(target="cpu", cache_dir=tmp_path / "c", show_progress=False))
+    x = rng.standard_normal((1, 8)).astype(np.float32)
+    np.testing.assert_allclose(PlanSession(tmp_path / "f.plan").run({"x": x})["y"], ort_session(model).run(["y"], {"x": x})[0],
+                               rtol=1e-5, atol=1e-6)
