@@ -37,7 +37,26 @@ def export_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
         model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
     if not model.functions and original.functions:
         model.functions.extend(original.functions)
+    _restore_non_tensor_types(model.graph, original.graph)
     return model
+
+
+def _is_non_tensor(value: onnx.ValueInfoProto) -> bool:
+    return value.type.WhichOneof("value") not in ("tensor_type", None)
+
+
+def _restore_non_tensor_types(graph: onnx.GraphProto, original: onnx.GraphProto) -> None:
+    """graphsurgeon writes every value as a tensor or a sequence of tensors: a sequence of maps (a
+    ZipMap's output) comes back as a sequence of tensors of undefined type, which onnxruntime refuses.
+    The original's types are put back by name; a mangled one with no original is dropped."""
+    types = {v.name: v.type for v in [*original.input, *original.output, *original.value_info] if _is_non_tensor(v)}
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        if value.name in types:
+            value.type.CopyFrom(types[value.name])
+    kept = [v for v in graph.value_info if not (_is_non_tensor(v) and v.name not in types)]
+    if len(kept) != len(graph.value_info):
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
 
 
 def _domains_used(graph: onnx.GraphProto) -> set[str]:

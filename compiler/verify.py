@@ -49,8 +49,7 @@ def ort_session(model: onnx.ModelProto, optimize: bool = False):
 def compare_outputs(names, expected, actual) -> list[OutputDiff]:
     diffs = []
     for name, a, b in zip(names, expected, actual):
-        a = np.asarray(a)
-        b = np.asarray(b)
+        a, b = _as_array(a), _as_array(b)
         if a.shape != b.shape:
             raise InfcError(f"output '{name}' changed shape: {a.shape} -> {b.shape}")
         if a.size == 0:
@@ -69,6 +68,16 @@ def compare_outputs(names, expected, actual) -> list[OutputDiff]:
                                 float(np.nanmax(np.where(np.isnan(delta), np.inf, delta)) / scale),
                                 tuple(int(i) for i in worst)))
     return diffs
+
+
+def _as_array(value) -> np.ndarray:
+    """A sequence of maps (a ZipMap's output, as onnxruntime returns it: a list of dicts) as a
+    [items, keys] array of its values, keys in sorted order, so it compares with a tolerance."""
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        keys = sorted(value[0])
+        if all(sorted(item) == keys for item in value):
+            return np.array([[item[k] for k in keys] for item in value])
+    return np.asarray(value)
 
 
 # Lengths tried, in order, for the symbolic dims nobody gave when the model does not run on the
