@@ -19,7 +19,7 @@ from .errors import BadInput, InfcError
 from .graph import import_graph
 from .lower import Program, lower_graph, value_info
 from .memory_plan import plan_memory
-from .model_io import check_inference_mode, load_model
+from .model_io import check_inference_mode, check_tensor_interface, load_model
 from .optimize import optimize_model
 from .plan.format import ArraySection, write_plan
 from .plan_report import kernel_name
@@ -96,6 +96,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     requested_target, options.target = options.target, resolve_target(options.target, target_notes.append)
     model = load_model(model_path)
     check_inference_mode(model, model_path)
+    check_tensor_interface(model, model_path)
     graph_inputs = [value_info(t) for t in import_graph(model).inputs]
     given = None if options.sample_feeds is None else check_feeds(graph_inputs, options.sample_feeds,
                                                                   options.sample_feeds_source, "the model")

@@ -2,6 +2,9 @@
 scikit-learn converters write by default): the optimizer keeps their types, --verify compares them,
 and a build refuses them in one line naming the output (plans hold tensors)."""
 
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -45,3 +48,16 @@ def test_verify_compares_maps_with_a_tolerance():
     actual = [{0: 1.0, 1: 2.0}, {0: 3.0, 1: 4.0 + 4e-6}]
     diff = compare_outputs(["p"], [expected], [actual])[0]
     assert 0 < diff.max_rel_diff < 2e-6 and diff.worst_index == (1, 1)
+
+
+def test_a_build_refuses_a_sequence_of_maps_output_in_one_line(tmp_path):
+    onnx.save(_zipmap_model(), tmp_path / "m.onnx")
+    (tmp_path / "p.yaml").write_text("inputs: {x: {min: [1, 3], opt: [4, 3], max: [8, 3]}}\n")
+    result = subprocess.run([sys.executable, "-m", "infc.cli", "build", str(tmp_path / "m.onnx"), "--profile",
+                             str(tmp_path / "p.yaml"), "-o", str(tmp_path / "m.plan"), "--no-cache"],
+                            capture_output=True, text=True)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "m.onnx: output 'probabilities' is a " \
+        "seq(map(int64,tensor(float))); infc plans take and return tensors only" in lines[0], result.stderr
+    assert not (tmp_path / "m.plan").exists()
