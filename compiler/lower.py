@@ -128,7 +128,7 @@ def _island_step(graph: gs.Graph, nodes: list[gs.Node], islands: dict[str, bytes
                 for sn in sub.nodes:
                     consumers_outside.update(id(t) for t in sn.inputs)
     outputs = [t for n in nodes for t in n.outputs if id(t) in consumers_outside]
-    sub = gs.Graph(nodes=[_copy_node(n) for n in nodes], inputs=inputs, outputs=outputs, opset=graph.opset,
+    sub = gs.Graph(nodes=[_copy_node(n, i) for i, n in enumerate(nodes)], inputs=inputs, outputs=outputs, opset=graph.opset,
                    import_domains=graph.import_domains)
     model = gs.export_onnx(sub, do_type_check=False)
     for copy in sub.nodes:  # unhook the copies: the main graph's tensors keep their one producer
@@ -150,7 +150,9 @@ def _outer_values(node: gs.Node) -> list[gs.Tensor]:
     return [t for sub in node.subgraphs(recursive=True) for n in sub.nodes for t in n.inputs if id(t) not in local]
 
 
-def _copy_node(node: gs.Node) -> gs.Node:
+def _copy_node(node: gs.Node, index: int) -> gs.Node:
     # The island graph gets shallow copies pointing at the same tensors, unhooked after export.
-    # A distinct name matters: graphsurgeon unhooks producers by equality, which compares names.
-    return gs.Node(node.op, f"{node.name}#island", dict(node.attrs), list(node.inputs), list(node.outputs), node.domain)
+    # A distinct name matters: graphsurgeon unhooks producers by equality, which compares names; and
+    # onnxruntime refuses two nodes of one name, which unnamed nodes would share without the index.
+    return gs.Node(node.op, f"{node.name or node.op}#island{index}", dict(node.attrs), list(node.inputs),
+                   list(node.outputs), node.domain)
