@@ -12,6 +12,7 @@ import onnx_graphsurgeon as gs
 
 from .errors import BadInput
 from .lower_fuse import fuse_program
+from .lower_sequences import OpenSequences
 
 ISLAND_OP = "__island__"
 
@@ -83,17 +84,20 @@ def lower_graph(graph: gs.Graph, has_kernel: Callable[[str, str], bool], opset: 
     pending_island: list[gs.Node] = []
     islands: dict[str, bytes] = {}
 
+    sequences = OpenSequences(graph)  # an island holding a sequence takes every node until it is read
+
     def flush():
         if pending_island:
             steps.append(_island_step(graph, pending_island, islands))
             pending_island.clear()
+            sequences.closed()
 
     if not allow_fallback:
         missing = sorted({f"{n.domain + '.' if n.domain else ''}{n.op}" for n in graph.nodes if not _lowerable(n, has_kernel)})
         if missing:
             raise BadInput(f"no native kernel for: {', '.join(missing)} (--no-fallback)")
     for node in graph.nodes:
-        if _lowerable(node, has_kernel):
+        if _lowerable(node, has_kernel) and not sequences.is_open():
             flush()
             steps.append({
                 "op": node.op, "domain": node.domain or "", "name": node.name,
@@ -103,6 +107,7 @@ def lower_graph(graph: gs.Graph, has_kernel: Callable[[str, str], bool], opset: 
             })
         else:
             pending_island.append(node)
+            sequences.joined(node)
     flush()
     steps = fuse_program(steps, weights, graph)
     program = Program(steps, weights, [value_info(t) for t in graph.inputs], [value_info(t) for t in graph.outputs],
