@@ -132,9 +132,15 @@ def vendor_runner(step_op: str, step_domain: str, attrs: dict, input_names: list
     outputs = ["y"]
 
     def in_onnxruntime(inputs, attrs, ctx):
-        return session.run(outputs, {name: inputs[index] for name, index in fed})
+        return session.run(outputs, {name: _as_feed(inputs[index]) for name, index in fed})
 
     return in_onnxruntime
+
+
+def _as_feed(value):
+    """onnxruntime takes arrays only: a NumPy scalar some kernel made (np.take with a 0-d index gives
+    one) becomes the 0-d array it stands for."""
+    return value if isinstance(value, np.ndarray) else np.asarray(value)
 
 
 def _session(members: list[dict], input_names: list[str], output_names: list[str], weights: dict, decode,
@@ -307,6 +313,6 @@ def group_runner(step: dict, weights: dict, decode, opset: int, spin: bool = Fal
                        islands=islands)
 
     def group_in_onnxruntime(inputs, attrs, ctx):
-        return session.run(output_names, dict(zip(input_names, inputs)))
+        return session.run(output_names, {name: _as_feed(value) for name, value in zip(input_names, inputs)})
 
     return group_in_onnxruntime
