@@ -160,7 +160,8 @@ class Executor:
         if step.get("tactic") == TACTIC and is_vendor_step(step) and not is_bridge_step(step) and self._observer is None:
             threads = step.get("tactic_threads")
             kernel = vendor_runner(step["op"], domain, attrs, list(inputs),
-                                   {name: self._weights[name] for name in inputs if name in self._weights}, threads)
+                                   {name: self._weights[name] for name in inputs if name in self._weights}, threads,
+                                   output_names=list(outputs))
             label += f" [onnxruntime{f', {threads} thread' if threads else ''}]"
         ctx = KernelContext(self.opset, [None] * len(outputs))
         return _Step(kernel, attrs, ctx, inputs, outputs, label, (domain, step["op"]))
