@@ -46,6 +46,8 @@ def check_feeds(inputs: list[dict], feeds: dict, source: str, what: str) -> dict
     for name, array in feeds.items():
         info = expected[name]
         array = np.asarray(array)
+        if info.get("dtype") == "object" and array.dtype.kind in "US":
+            array = array.astype(object)  # an ONNX string input: .npz files hold text as <U / S arrays, never objects
         if info.get("dtype") and array.dtype != np.dtype(info["dtype"]):
             raise BadInput(f"{source}: input '{name}' has dtype {array.dtype}, {what} takes {info['dtype']}")
         declared = info.get("shape")
@@ -58,7 +60,21 @@ def check_feeds(inputs: list[dict], feeds: dict, source: str, what: str) -> dict
 
 def save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
     with atomic_path(path, suffix=".npz") as tmp:  # np.savez appends .npz to names without it
-        np.savez(tmp, **outputs)
+        np.savez(tmp, **{name: _storable(array) for name, array in outputs.items()})
+
+
+def _storable(array) -> np.ndarray:
+    """ONNX strings come back as object arrays, which np.savez pickles and np.load then refuses
+    (allow_pickle=False, its default): they are written as text arrays (<U, or S for bytes)."""
+    array = np.asarray(array)
+    if array.dtype != object or not array.size:
+        return array.astype(str) if array.dtype == object else array
+    items = array.reshape(-1).tolist()
+    if all(isinstance(item, str) for item in items):
+        return array.astype(str)
+    if all(isinstance(item, bytes) for item in items):
+        return array.astype(bytes)
+    return array
 
 
 def random_inputs(inputs: list[dict], shapes: dict[str, list[int]], table_rows: dict[str, int], seed: int = 0) -> dict:
