@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import itertools
+import sys
 from typing import Iterator
 
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+import onnx_graphsurgeon.logger.logger as _gs_logger
 
 from .model_io import MAX_IR_VERSION
+
+# graphsurgeon prints its warnings ("Could not convert: UNDEFINED ..." for a map type, a note that
+# the colored module is missing) on stdout, which is the --json output users parse: they go to
+# stderr, uncolored. (Its logger calls the module's `print`; sys.stderr is read at each call, so a
+# test's captured stderr gets them.)
+_gs_logger.print = lambda *args, **kwargs: print(*args, **{**kwargs, "file": sys.stderr})
+_gs_logger.G_LOGGER.colors = False
 
 # Contrib ops our fusions may write, by domain (GUIDE.md section 3: fused nodes stay runnable by ORT).
 CONTRIB_DOMAIN = "com.microsoft"

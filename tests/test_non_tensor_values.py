@@ -61,3 +61,15 @@ def test_a_build_refuses_a_sequence_of_maps_output_in_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "m.onnx: output 'probabilities' is a " \
         "seq(map(int64,tensor(float))); infc plans take and return tensors only" in lines[0], result.stderr
     assert not (tmp_path / "m.plan").exists()
+
+
+def test_graphsurgeon_warnings_stay_off_stdout(tmp_path):
+    """graphsurgeon warns on stdout about the map type; `--json` output must parse all the same."""
+    import json
+
+    onnx.save(_zipmap_model(), tmp_path / "m.onnx")
+    for args in (["inspect", tmp_path / "m.onnx", "--json"], ["optimize", tmp_path / "m.onnx", "-o", tmp_path / "o.onnx", "--json"]):
+        result = subprocess.run([sys.executable, "-m", "infc.cli", *map(str, args)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["nodes_before"] == 3
+        assert "Could not convert" in result.stderr
