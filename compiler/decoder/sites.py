@@ -173,11 +173,18 @@ def find_sites(graph: gs.Graph, fusion_rejections: dict[str, int]) -> list[Site]
     return sites
 
 
+# Ops whose output reads only their input's shape: a dynamo export reshapes the encoder's keys with
+# the batch size of the decoder's input_ids, which is no data of theirs.
+SHAPE_ONLY_OPS = {"Shape", "Size"}
+
+
 def _inputs_above(graph: gs.Graph) -> dict[int, frozenset[str]]:
-    """For each tensor (by id), the graph inputs it is computed from; the graph is in topological order."""
+    """For each tensor (by id), the graph inputs whose values it is computed from (not through their
+    shapes alone); the graph is in topological order."""
     above = {id(t): frozenset([t.name]) for t in graph.inputs}
     for node in graph.nodes:
-        found = frozenset().union(*(above.get(id(t), frozenset()) for t in node.inputs))
+        inputs = () if node.op in SHAPE_ONLY_OPS else node.inputs
+        found = frozenset().union(*(above.get(id(t), frozenset()) for t in inputs))
         for out in node.outputs:
             above[id(out)] = found
     return above
