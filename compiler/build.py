@@ -98,8 +98,10 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     check_inference_mode(model, model_path)
     check_tensor_interface(model, model_path)
     graph_inputs = [value_info(t) for t in import_graph(model).inputs]
+    initializer_names = {t.name for t in model.graph.initializer}
+    defaulted = tuple(v.name for v in model.graph.input if v.name in initializer_names)  # constants of the plan
     given = None if options.sample_feeds is None else check_feeds(graph_inputs, options.sample_feeds,
-                                                                  options.sample_feeds_source, "the model")
+                                                                  options.sample_feeds_source, "the model", defaulted)
     profile = (load_profile(profile_path) if profile_path else feeds_profile(given) if given
                else default_profile(graph_inputs))
     if profile.decode:  # decoder plans: paged attention, KV cache in the runtime's block pool
@@ -163,6 +165,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         "model": {"name": model_path.name, "sha256": components["model"]}, "profile": profile.normalized(),
         "options": options.key_options(), "inputs": program.inputs, "outputs": program.outputs,
         "program": program.steps, "weights": weight_table, "memory": memory.to_json(),
+        **({"defaulted_inputs": list(defaulted)} if defaulted else {}),
         "tuning": tuning["table"], "fallback_ops": program.fallback_ops,
         "precision": precision_meta,
         "value_shapes": {level: {n: list(s) for n, (s, _) in shapes.items()} for level, shapes in shapes_by_level.items()},

@@ -32,10 +32,17 @@ def feeds_digest(feeds: dict) -> str:
     return digest.hexdigest()
 
 
-def check_feeds(inputs: list[dict], feeds: dict, source: str, what: str) -> dict[str, np.ndarray]:
+def check_feeds(inputs: list[dict], feeds: dict, source: str, what: str,
+                defaulted: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """Feeds by name against declared inputs ({name, dtype, shape}): every input and nothing else,
-    each of the declared dtype and static dims; `what` names the declaring side in errors."""
+    each of the declared dtype and static dims; `what` names the declaring side in errors;
+    `defaulted`: the model's inputs that also have an initializer, a constant of the plan."""
     expected = {i["name"]: i for i in inputs}
+    fixed = sorted(set(feeds) & set(defaulted) - set(expected))
+    if fixed:
+        raise BadInput(f"{source}: input '{fixed[0]}' has a default value in the model (an initializer it also "
+                       f"lists as an input), which infc builds in as a constant, so {what} takes no '{fixed[0]}'; "
+                       "export the model without that initializer to feed it")
     unknown = sorted(set(feeds) - set(expected))
     missing = sorted(set(expected) - set(feeds))
     if unknown or missing:
