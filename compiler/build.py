@@ -112,7 +112,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         handed = [model]  # the decoder build drops the loaded model once optimized: keep no reference here
         del model
         return build_decoder_plan(model_path, handed, profile, output, options, log)
-    check_profile_matches_model(profile, graph_inputs)
+    check_profile_matches_model(profile, graph_inputs, defaulted=defaulted)
     for note in target_notes:
         log(note)
     fingerprint = target_fingerprint(options.target)

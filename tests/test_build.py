@@ -252,3 +252,6 @@ def test_feeding_an_input_the_model_gives_a_default_says_it_is_built_in(tmp_path
                    "input 'scale' has a default value in the model", "builds in as a constant")
     one_line_error(infc("build", model, "--inputs", tmp_path / "both.npz", "-o", tmp_path / "q.bin", "--no-cache"), 2,
                    "input 'scale' has a default value in the model")
+    (tmp_path / "listed.yaml").write_text("inputs: {x: [2, 3], scale: [3]}\n")
+    one_line_error(infc("build", model, "--profile", tmp_path / "listed.yaml", "-o", tmp_path / "q.bin", "--no-cache"), 2,
+                   "inputs.scale: the model gives 'scale' a default value", "leave it out of the profile")
