@@ -19,7 +19,7 @@ from .errors import BadInput, InfcError
 from .graph import import_graph
 from .lower import Program, lower_graph, value_info
 from .memory_plan import plan_memory
-from .model_io import check_inference_mode, load_model
+from .model_io import check_inference_mode, check_tensor_interface, load_model
 from .optimize import optimize_model
 from .plan.format import ArraySection, write_plan
 from .plan_report import kernel_name
@@ -101,9 +101,12 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     requested_target, options.target = options.target, resolve_target(options.target, target_notes.append)
     model = load_model(model_path)
     check_inference_mode(model, model_path)
+    check_tensor_interface(model, model_path)
     graph_inputs = [value_info(t) for t in import_graph(model).inputs]
+    initializer_names = {t.name for t in model.graph.initializer}
+    defaulted = tuple(v.name for v in model.graph.input if v.name in initializer_names)  # constants of the plan
     given = None if options.sample_feeds is None else check_feeds(graph_inputs, options.sample_feeds,
-                                                                  options.sample_feeds_source, "the model")
+                                                                  options.sample_feeds_source, "the model", defaulted)
     profile = (load_profile(profile_path) if profile_path else feeds_profile(given) if given
                else default_profile(graph_inputs))
     if profile.decode:  # decoder plans: paged attention, KV cache in the runtime's block pool
@@ -114,7 +117,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         handed = [model]  # the decoder build drops the loaded model once optimized: keep no reference here
         del model
         return build_decoder_plan(model_path, handed, profile, output, options, log)
-    check_profile_matches_model(profile, graph_inputs)
+    check_profile_matches_model(profile, graph_inputs, defaulted=defaulted)
     if not profile_path and given is None and (note := defaulted_dims_note(graph_inputs)):
         target_notes.append(note)
     for note in target_notes:
@@ -169,6 +172,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         "model": {"name": model_path.name, "sha256": components["model"]}, "profile": profile.normalized(),
         "options": options.key_options(), "inputs": program.inputs, "outputs": program.outputs,
         "program": program.steps, "weights": weight_table, "memory": memory.to_json(),
+        **({"defaulted_inputs": list(defaulted)} if defaulted else {}),
         "tuning": tuning["table"], "fallback_ops": program.fallback_ops,
         "precision": precision_meta,
         "value_shapes": {level: {n: list(s) for n, (s, _) in shapes.items()} for level, shapes in shapes_by_level.items()},

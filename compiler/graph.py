@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import itertools
+import sys
 from typing import Iterator
 
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+import onnx_graphsurgeon.logger.logger as _gs_logger
 
 from .model_io import MAX_IR_VERSION
+
+# graphsurgeon prints its warnings ("Could not convert: UNDEFINED ..." for a map type, a note that
+# the colored module is missing) on stdout, which is the --json output users parse: they go to
+# stderr, uncolored. (Its logger calls the module's `print`; sys.stderr is read at each call, so a
+# test's captured stderr gets them.)
+_gs_logger.print = lambda *args, **kwargs: print(*args, **{**kwargs, "file": sys.stderr})
+_gs_logger.G_LOGGER.colors = False
 
 # Contrib ops our fusions may write, by domain (GUIDE.md section 3: fused nodes stay runnable by ORT).
 CONTRIB_DOMAIN = "com.microsoft"
@@ -37,7 +46,26 @@ def export_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
         model.opset_import.append(onnx.helper.make_opsetid(domain, 1))
     if not model.functions and original.functions:
         model.functions.extend(original.functions)
+    _restore_non_tensor_types(model.graph, original.graph)
     return model
+
+
+def _is_non_tensor(value: onnx.ValueInfoProto) -> bool:
+    return value.type.WhichOneof("value") not in ("tensor_type", None)
+
+
+def _restore_non_tensor_types(graph: onnx.GraphProto, original: onnx.GraphProto) -> None:
+    """graphsurgeon writes every value as a tensor or a sequence of tensors: a sequence of maps (a
+    ZipMap's output) comes back as a sequence of tensors of undefined type, which onnxruntime refuses.
+    The original's types are put back by name; a mangled one with no original is dropped."""
+    types = {v.name: v.type for v in [*original.input, *original.output, *original.value_info] if _is_non_tensor(v)}
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        if value.name in types:
+            value.type.CopyFrom(types[value.name])
+    kept = [v for v in graph.value_info if not (_is_non_tensor(v) and v.name not in types)]
+    if len(kept) != len(graph.value_info):
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
 
 
 def _domains_used(graph: onnx.GraphProto) -> set[str]:

@@ -12,6 +12,7 @@ import onnx_graphsurgeon as gs
 
 from .errors import BadInput
 from .lower_fuse import fuse_program
+from .lower_sequences import OpenSequences
 
 ISLAND_OP = "__island__"
 
@@ -83,17 +84,20 @@ def lower_graph(graph: gs.Graph, has_kernel: Callable[[str, str], bool], opset: 
     pending_island: list[gs.Node] = []
     islands: dict[str, bytes] = {}
 
+    sequences = OpenSequences(graph)  # an island holding a sequence takes every node until it is read
+
     def flush():
         if pending_island:
             steps.append(_island_step(graph, pending_island, islands))
             pending_island.clear()
+            sequences.closed()
 
     if not allow_fallback:
         missing = sorted({f"{n.domain + '.' if n.domain else ''}{n.op}" for n in graph.nodes if not _lowerable(n, has_kernel)})
         if missing:
             raise BadInput(f"no native kernel for: {', '.join(missing)} (--no-fallback)")
     for node in graph.nodes:
-        if _lowerable(node, has_kernel):
+        if _lowerable(node, has_kernel) and not sequences.is_open():
             flush()
             steps.append({
                 "op": node.op, "domain": node.domain or "", "name": node.name,
@@ -103,6 +107,7 @@ def lower_graph(graph: gs.Graph, has_kernel: Callable[[str, str], bool], opset: 
             })
         else:
             pending_island.append(node)
+            sequences.joined(node)
     flush()
     steps = fuse_program(steps, weights, graph)
     program = Program(steps, weights, [value_info(t) for t in graph.inputs], [value_info(t) for t in graph.outputs],
@@ -128,7 +133,7 @@ def _island_step(graph: gs.Graph, nodes: list[gs.Node], islands: dict[str, bytes
                 for sn in sub.nodes:
                     consumers_outside.update(id(t) for t in sn.inputs)
     outputs = [t for n in nodes for t in n.outputs if id(t) in consumers_outside]
-    sub = gs.Graph(nodes=[_copy_node(n, k) for k, n in enumerate(nodes)], inputs=inputs, outputs=outputs, opset=graph.opset,
+    sub = gs.Graph(nodes=[_copy_node(n, i) for i, n in enumerate(nodes)], inputs=inputs, outputs=outputs, opset=graph.opset,
                    import_domains=graph.import_domains)
     model = gs.export_onnx(sub, do_type_check=False)
     for copy in sub.nodes:  # unhook the copies: the main graph's tensors keep their one producer
@@ -153,6 +158,6 @@ def _outer_values(node: gs.Node) -> list[gs.Tensor]:
 def _copy_node(node: gs.Node, index: int) -> gs.Node:
     # The island graph gets shallow copies pointing at the same tensors, unhooked after export.
     # A distinct name matters: graphsurgeon unhooks producers by equality, which compares names; and
-    # onnxruntime refuses two nodes of one name (unnamed nodes were all "#island").
-    return gs.Node(node.op, f"{node.name}#island{index}", dict(node.attrs), list(node.inputs), list(node.outputs),
-                   node.domain)
+    # onnxruntime refuses two nodes of one name, which unnamed nodes would share without the index.
+    return gs.Node(node.op, f"{node.name or node.op}#island{index}", dict(node.attrs), list(node.inputs),
+                   list(node.outputs), node.domain)

@@ -79,6 +79,33 @@ def check_inference_mode(model: onnx.ModelProto, path: str | os.PathLike) -> Non
                            "input is true), so its output is random; export the model in eval mode (torch: model.eval())")
 
 
+def check_tensor_interface(model: onnx.ModelProto, path: str | os.PathLike) -> None:
+    """Plans take and return tensors (arrays in .npz files): a graph input or output that is a
+    sequence, a map or an optional (a ZipMap's list of {label: probability}) is refused by name."""
+    values = [("input", v) for v in model.graph.input] + [("output", v) for v in model.graph.output]
+    for role, value in values:
+        if value.type.WhichOneof("value") not in ("tensor_type", None):
+            hint = (" (a ZipMap's output: convert without it, e.g. skl2onnx's options={'zipmap': False})"
+                    if role == "output" and "map_type" in str(value.type) else "")
+            raise BadInput(f"{path}: {role} '{value.name}' is a {type_text(value.type)}; infc plans take and "
+                           f"return tensors only{hint}")
+
+
+def type_text(value_type: onnx.TypeProto) -> str:
+    """An ONNX type as its schema spells it: seq(map(int64,tensor(float)))."""
+    kind = value_type.WhichOneof("value")
+    if kind == "tensor_type":
+        return f"tensor({onnx.helper.tensor_dtype_to_string(value_type.tensor_type.elem_type).removeprefix('TensorProto.').lower()})"
+    if kind == "sequence_type":
+        return f"seq({type_text(value_type.sequence_type.elem_type)})"
+    if kind == "map_type":
+        key = onnx.helper.tensor_dtype_to_string(value_type.map_type.key_type).removeprefix("TensorProto.").lower()
+        return f"map({key},{type_text(value_type.map_type.value_type)})"
+    if kind == "optional_type":
+        return f"optional({type_text(value_type.optional_type.elem_type)})"
+    return kind or "value of no type"
+
+
 def _check_model(model: onnx.ModelProto, path: Path) -> None:
     """onnx's checker on the model with its large initializers given as typed inputs: the checker
     reads the graph, and serializing the weights for it took seconds on a decoder. Their data sizes

@@ -138,11 +138,16 @@ def _resolve_shape(shape, dims: dict[str, InputRange], which: str, where: str) -
 
 
 def check_profile_matches_model(profile: Profile, model_inputs: list[dict], ignorable=lambda name: False,
-                                 unused=lambda name: False) -> None:
+                                 unused=lambda name: False, defaulted: tuple[str, ...] = ()) -> None:
     """Every model input has a shape of the right rank that agrees with the model's static dims.
-    `ignorable`: model inputs the profile may leave out; `unused`: profile inputs the model may lack."""
+    `ignorable`: model inputs the profile may leave out; `unused`: profile inputs the model may lack;
+    `defaulted`: inputs the model gives an initializer, which the plan holds as constants."""
     by_name = {i["name"]: i for i in model_inputs}
     for name in profile.inputs:
+        if name in defaulted and name not in by_name:
+            raise BadInput(f"{profile.source}: inputs.{name}: the model gives '{name}' a default value (an initializer "
+                           "it also lists as an input), which infc builds in as a constant: leave it out of the "
+                           "profile, or export the model without that initializer to feed it")
         if name not in by_name and not unused(name):
             raise BadInput(f"{profile.source}: inputs.{name}: the model has no input named '{name}' "
                            f"(its inputs: {', '.join(by_name)})")

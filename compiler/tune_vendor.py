@@ -137,9 +137,16 @@ def _conv_problems(program: Program, shapes_by_level: dict, target: str) -> tupl
 INTEGER_STEPS = frozenset({"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger"})
 
 
+# Recurrent layers: infc's kernels loop over time in Python (a few NumPy calls per step) where
+# onnxruntime's loop is compiled: a Conv1d + LSTM model ran 26x slower than onnxruntime, a
+# bidirectional GRU 8x. Their whole-sequence time depends on the sequence length, not on a GEMM size
+# the tuner could key, so they are marked untimed too and the in-context check decides.
+RECURRENT_STEPS = frozenset({"RNN", "GRU", "LSTM"})
+
+
 def _mark_integer_steps(program: Program) -> None:
     for step in program.steps:
-        if (step.get("domain") or "") == "" and step["op"] in INTEGER_STEPS and not step.get("tactic"):
+        if (step.get("domain") or "") == "" and step["op"] in INTEGER_STEPS | RECURRENT_STEPS and not step.get("tactic"):
             _mark_untimed(step)
 
 

@@ -228,3 +228,30 @@ def test_a_model_exported_in_training_mode_is_refused_before_building(tmp_path, 
         assert not out.exists()
     else:
         assert result.returncode == 0, result.stderr
+
+
+def test_feeding_an_input_the_model_gives_a_default_says_it_is_built_in(tmp_path):
+    """An initializer the model also lists as an input (a default onnxruntime lets callers
+    override): infc builds it in as a constant, and a feed of it says so instead of 'unknown'."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "scale"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3]), helper.make_tensor_value_info("scale", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])],
+        [numpy_helper.from_array(np.array([1.0, 2.0, 3.0], np.float32), "scale")])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    (tmp_path / "p.yaml").write_text("inputs: {x: {min: [1, 3], opt: [2, 3], max: [4, 3]}}\n")
+    assert infc("build", model, "--profile", tmp_path / "p.yaml", "-o", tmp_path / "p.bin", "--no-cache").returncode == 0
+    x = np.ones((2, 3), np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    assert_plan_matches_ort(tmp_path / "p.bin", model, {"x": x})
+    np.savez(tmp_path / "both.npz", x=x, scale=np.full(3, 9.0, np.float32))
+    one_line_error(infc("run", tmp_path / "p.bin", "--inputs", tmp_path / "both.npz"), 2, "both.npz",
+                   "input 'scale' has a default value in the model", "builds in as a constant")
+    one_line_error(infc("build", model, "--inputs", tmp_path / "both.npz", "-o", tmp_path / "q.bin", "--no-cache"), 2,
+                   "input 'scale' has a default value in the model")
+    (tmp_path / "listed.yaml").write_text("inputs: {x: [2, 3], scale: [3]}\n")
+    one_line_error(infc("build", model, "--profile", tmp_path / "listed.yaml", "-o", tmp_path / "q.bin", "--no-cache"), 2,
+                   "inputs.scale: the model gives 'scale' a default value", "leave it out of the profile")

@@ -1,7 +1,8 @@
 """Sequence and Optional values (SplitToSequence / ConcatFromSequence, as torch exports list ops;
-Optional) have no native kernels: they run in onnxruntime islands, which may hand a sequence (a list)
-from one island to the next. Unnamed nodes, as hand-written graphs have them, must still make a valid
-island model (onnxruntime refuses two nodes of one name)."""
+Optional) have no native kernels: they run in onnxruntime islands, and a sequence stays inside the
+island that makes it even where a native step sits between its makers and its readers
+(tests/test_lower_sequences.py). Unnamed nodes, as hand-written graphs have them, must still make a
+valid island model (onnxruntime refuses two nodes of one name)."""
 
 import numpy as np
 import onnx
@@ -13,7 +14,7 @@ from infc.compiler.verify import ort_session
 
 
 def _sequence_model() -> onnx.ModelProto:
-    # the Cast between the two sequence groups is native, so the sequence crosses from one island to another
+    # the Cast between the two sequence groups is native: the island must take it in, not hand the list on
     nodes = [helper.make_node("SplitToSequence", ["x", "sizes"], ["seq"], axis=1),
              helper.make_node("SequenceLength", ["seq"], ["n"]),
              helper.make_node("SequenceAt", ["seq", "one"], ["second"]),
@@ -53,7 +54,7 @@ def _build_and_compare(model: onnx.ModelProto, tmp_path) -> None:
         np.testing.assert_allclose(session.run({"x": x})["y"], want, rtol=1e-6, atol=1e-6)
 
 
-def test_a_sequence_passes_from_one_island_to_the_next(tmp_path):
+def test_sequence_ops_around_a_native_step_build_and_match(tmp_path):
     _build_and_compare(_sequence_model(), tmp_path)
 
 

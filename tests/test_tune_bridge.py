@@ -336,3 +336,25 @@ def test_session_inputs_are_declared_with_the_rank_the_build_saw():
                 if s["op"] == GROUP_OP]
     session = _session(group["members"], group["inputs"], group["outputs"], program.weights, decode_attrs, opset=17)
     assert [len(i.shape) for i in session.get_inputs()] == [4]
+
+
+def test_a_numpy_scalar_value_feeds_a_session_as_a_0d_array():
+    """A kernel's NumPy scalar (np.take of a 1-d shape at a 0-d index: the shape arithmetic of a T5
+    decoder with past) fed a session that takes it: onnxruntime refuses anything but arrays."""
+    from infc.compiler.runtime.kernels.common import decode_attrs
+    from infc.compiler.runtime.vendor_op import GROUP_OP, group_runner
+
+    members = [{"op": "Unsqueeze", "domain": "", "inputs": ["length", "axis0"], "outputs": ["as_list"], "attrs": {},
+                "tactic_dtypes": {"length": "int64"}},
+               {"op": "Concat", "domain": "", "inputs": ["as_list", "as_list"], "outputs": ["shape"], "attrs": {"axis": 0}}]
+    step = {"op": GROUP_OP, "inputs": ["length"], "outputs": ["shape"], "members": members}
+    run = group_runner(step, {"axis0": np.array([0], np.int64)}, decode_attrs, 17)
+    (shape,) = run([np.int64(7)], {}, None)
+    np.testing.assert_array_equal(shape, [7, 7])
+
+
+def test_gather_at_a_0d_index_makes_an_array():
+    from infc.compiler.runtime.kernels.gather_scatter import gather
+
+    (value,) = gather([np.array([2, 3, 5], np.int64), np.array(1, np.int64)], {"axis": 0}, None)
+    assert isinstance(value, np.ndarray) and value.shape == () and value == 3

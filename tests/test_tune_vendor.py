@@ -265,3 +265,38 @@ def test_steps_onnxruntime_runs_keep_no_packed_copies_of_their_weights(tmp_path)
     del plain["tactic"]  # infc's kernel, as when the session cannot load
     y = Executor([plain], program.weights, 17, output_names=["y"]).run({"x": x})["y"]
     np.testing.assert_allclose(y, x @ w, rtol=1e-5, atol=1e-5)
+
+
+def _recurrent_model(op: str, skip_y: bool = False) -> onnx.ModelProto:
+    """X [seq, batch, 6] -> bidirectional GRU (linear_before_reset, as torch exports it) or LSTM, hidden 5."""
+    from onnx import TensorProto, helper
+
+    gates, hidden = {"GRU": 3, "LSTM": 4}[op], 5
+    rng = np.random.default_rng(0)
+    weights = {"W": rng.standard_normal((2, gates * hidden, 6)), "R": rng.standard_normal((2, gates * hidden, hidden)),
+               "B": rng.standard_normal((2, 2 * gates * hidden))}
+    attrs = {"hidden_size": hidden, "direction": "bidirectional", **({"linear_before_reset": 1} if op == "GRU" else {})}
+    outputs = ["" if skip_y else "Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    node = helper.make_node(op, ["X", "W", "R", "B"], outputs, **attrs)
+    graph = helper.make_graph([node], "rnn", [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["seq", "batch", 6])],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs if o],
+                              [onnx.numpy_helper.from_array((w * 0.4).astype(np.float32), n) for n, w in weights.items()])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("op, skip_y", [("GRU", False), ("LSTM", False), ("LSTM", True)])
+def test_recurrent_steps_are_offered_to_onnxruntime_and_match_it(op, skip_y):
+    """infc's recurrent kernels loop over time in Python (a Conv1d + LSTM ran 26x slower than
+    onnxruntime): the steps are marked for the in-context check, and run in a session they match."""
+    model = _recurrent_model(op, skip_y)
+    feeds = {level: {"X": np.random.default_rng(2).standard_normal((seq, batch, 6)).astype(np.float32)}
+             for level, (seq, batch) in {"opt": (9, 2), "min": (1, 1), "max": (20, 4)}.items()}
+    program, seen = lowered_and_observed(model, feeds)
+    tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=lambda run: [1e-3])
+    (step,) = [s for s in program.steps if s["op"] == op]
+    assert step["tactic"] == TACTIC and step["tactic_ratio"] is None
+    executor, actual = _run(program, feeds["opt"])
+    assert [s.label for s in executor._steps] == [f"{op} '' [onnxruntime]"]
+    names = [o["name"] for o in program.outputs]
+    for diff in compare_outputs(names, ort_session(model).run(names, feeds["opt"]), actual):
+        assert diff.max_rel_diff < 1e-5, diff

@@ -42,3 +42,40 @@ def test_a_model_onnxruntime_refuses_is_bad_input():
                        {"limit": np.array([2], np.int64)}, opset=11)
     with pytest.raises(BadInput, match="onnxruntime cannot load the model"):
         verify_models(model, model)
+
+
+def _one_token_decoder():
+    """A decoder with past exported at one new token: [batch, new] ids reshaped to [batch, 1] and
+    appended to [batch, past]; runs only where `new` is 1 though the dim is symbolic."""
+    nodes = [helper.make_node("Reshape", ["new_tokens", "one_column"], ["column"]),
+             helper.make_node("Concat", ["past", "column"], ["present"], axis=1)]
+    return make_model(nodes, [("new_tokens", F32, ["s0", "s1"]), ("past", F32, ["s0", "s2"])],
+                      [("present", F32, ["s0", "s3"])], {"one_column": np.array([0, 1], np.int64)})
+
+
+def test_verify_tries_length_one_for_a_dim_traced_at_one():
+    model = _one_token_decoder()
+    diffs = verify_models(model, optimize_model(model).model)
+    assert diffs[0].max_rel_diff == 0
+
+
+def test_verify_keeps_several_free_lengths_short(monkeypatch):
+    # two free lengths that no length tried runs (a's must be 3): every length tried sets both, and
+    # attention would grow with their product, so none above 256 is tried
+    import infc.compiler.verify as verify
+
+    nodes = [helper.make_node("Reshape", ["a", "three_columns"], ["a3"]),
+             helper.make_node("Add", ["a3", "b"], ["c"])]
+    model = make_model(nodes, [("a", F32, ["s0", "s1"]), ("b", F32, ["s0", "s2"])], [("c", F32, ["s0", 3])],
+                       {"three_columns": np.array([0, 3], np.int64)})
+    tried = []
+    real = verify.random_feeds
+
+    def recording(model, seed=0, overrides=None):
+        tried.append(max((overrides or {}).values(), default=0))
+        return real(model, seed, overrides)
+
+    monkeypatch.setattr(verify, "random_feeds", recording)
+    with pytest.raises(BadInput, match="cannot run the original model"):
+        verify_models(model, model)
+    assert tried and max(tried) <= verify.MAX_LENGTH_OF_SEVERAL

@@ -159,6 +159,9 @@ def find_sites(graph: gs.Graph, fusion_rejections: dict[str, int]) -> list[Site]
         hint = (f"; {scores}, where infc pages MatMul -> scale -> [soft-cap] -> [mask] -> Softmax on 4-D (B, N, S, T) "
                 "scores (with an ALiBi position bias in the mask or not)") if scores else ""
         raise BadInput(f"not a recognized decoder: no attention node fused: {reasons}{hint}")
+    above = _inputs_above(graph)
+    for node in nodes:
+        _refuse_cross_attention(node, above)
     sites = []
     for node in nodes:
         site, reason = site_of(node, graph_inputs)
@@ -168,3 +171,34 @@ def find_sites(graph: gs.Graph, fusion_rejections: dict[str, int]) -> list[Site]
     if len({bool(site.past) for site in sites}) > 1:
         raise BadInput("not a recognized decoder: some attention layers read a past-KV input and others not")
     return sites
+
+
+# Ops whose output reads only their input's shape: a dynamo export reshapes the encoder's keys with
+# the batch size of the decoder's input_ids, which is no data of theirs.
+SHAPE_ONLY_OPS = {"Shape", "Size"}
+
+
+def _inputs_above(graph: gs.Graph) -> dict[int, frozenset[str]]:
+    """For each tensor (by id), the graph inputs whose values it is computed from (not through their
+    shapes alone); the graph is in topological order."""
+    above = {id(t): frozenset([t.name]) for t in graph.inputs}
+    for node in graph.nodes:
+        inputs = () if node.op in SHAPE_ONLY_OPS else node.inputs
+        found = frozenset().union(*(above.get(id(t), frozenset()) for t in inputs))
+        for out in node.outputs:
+            above[id(out)] = found
+    return above
+
+
+def _refuse_cross_attention(node: gs.Node, above: dict[int, frozenset[str]]) -> None:
+    """An attention whose keys share no graph input with its queries attends to another sequence: the
+    cross-attention of an encoder-decoder's decoder (to encoder states or their cached keys). Paging
+    assumes keys of the tokens being decoded, so such a graph is refused here, by what it is, instead
+    of by whichever later check it happens to fail."""
+    q, k = node.inputs[0], node.inputs[1]
+    q_from, k_from = above.get(id(q), frozenset()), above.get(id(k), frozenset())
+    if k_from and not (q_from & k_from):
+        raise BadInput(f"not a recognized decoder: attention '{node.name}' is cross-attention (its keys come from "
+                       f"{', '.join(sorted(repr(n) for n in k_from))}, its queries from none of them), as in an "
+                       "encoder-decoder model's decoder; decoder plans page decoder-only models: build without a "
+                       "decode: section for a one-shot plan")

@@ -160,7 +160,8 @@ class Executor:
         if step.get("tactic") == TACTIC and is_vendor_step(step) and not is_bridge_step(step) and self._observer is None:
             threads = step.get("tactic_threads")
             kernel = vendor_runner(step["op"], domain, attrs, list(inputs),
-                                   {name: self._weights[name] for name in inputs if name in self._weights}, threads)
+                                   {name: self._weights[name] for name in inputs if name in self._weights}, threads,
+                                   output_names=list(outputs))
             label += f" [onnxruntime{f', {threads} thread' if threads else ''}]"
         ctx = KernelContext(self.opset, [None] * len(outputs))
         return _Step(kernel, attrs, ctx, inputs, outputs, label, (domain, step["op"]))
@@ -426,33 +427,19 @@ def _untyped_inputs(model_bytes: bytes) -> bool:
     import onnx  # noqa: PLC0415
 
     model = onnx.load_from_string(model_bytes)
-    return any(not _is_typed(value.type) for value in model.graph.input)
-
-
-def _is_typed(value_type) -> bool:
-    kind = value_type.WhichOneof("value")
-    return kind is not None and (kind != "tensor_type" or bool(value_type.tensor_type.elem_type))
+    return any(not value.type.tensor_type.elem_type for value in model.graph.input)
 
 
 def _typed(model_bytes: bytes, feeds: dict) -> bytes:
-    """The island with each untyped input typed as its first feed: a tensor of the array's dtype and rank,
-    or a sequence (a list, as onnxruntime returns one) of tensors of its first element's dtype."""
     import onnx  # noqa: PLC0415
 
     model = onnx.load_from_string(model_bytes)
     for value in model.graph.input:
-        if _is_typed(value.type) or value.name not in feeds:
-            continue
-        feed = feeds[value.name]
-        if isinstance(feed, list):
-            first = np.asarray(feed[0]) if feed else np.zeros(0, np.float32)
-            value.type.ClearField("tensor_type")
-            value.type.sequence_type.elem_type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(first.dtype)
-            continue
-        array = np.asarray(feed)
-        value.type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
-        value.type.tensor_type.ClearField("shape")
-        value.type.tensor_type.shape.SetInParent()  # rank known, dims free
-        for _ in range(array.ndim):
-            value.type.tensor_type.shape.dim.add()
+        if not value.type.tensor_type.elem_type and value.name in feeds:
+            array = np.asarray(feeds[value.name])
+            value.type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+            value.type.tensor_type.ClearField("shape")
+            value.type.tensor_type.shape.SetInParent()  # rank known, dims free
+            for _ in range(array.ndim):
+                value.type.tensor_type.shape.dim.add()
     return model.SerializeToString()

@@ -32,10 +32,17 @@ def feeds_digest(feeds: dict) -> str:
     return digest.hexdigest()
 
 
-def check_feeds(inputs: list[dict], feeds: dict, source: str, what: str) -> dict[str, np.ndarray]:
+def check_feeds(inputs: list[dict], feeds: dict, source: str, what: str,
+                defaulted: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
     """Feeds by name against declared inputs ({name, dtype, shape}): every input and nothing else,
-    each of the declared dtype and static dims; `what` names the declaring side in errors."""
+    each of the declared dtype and static dims; `what` names the declaring side in errors;
+    `defaulted`: the model's inputs that also have an initializer, a constant of the plan."""
     expected = {i["name"]: i for i in inputs}
+    fixed = sorted(set(feeds) & set(defaulted) - set(expected))
+    if fixed:
+        raise BadInput(f"{source}: input '{fixed[0]}' has a default value in the model (an initializer it also "
+                       f"lists as an input), which infc builds in as a constant, so {what} takes no '{fixed[0]}'; "
+                       "export the model without that initializer to feed it")
     unknown = sorted(set(feeds) - set(expected))
     missing = sorted(set(expected) - set(feeds))
     if unknown or missing:
@@ -46,6 +53,8 @@ def check_feeds(inputs: list[dict], feeds: dict, source: str, what: str) -> dict
     for name, array in feeds.items():
         info = expected[name]
         array = np.asarray(array)
+        if info.get("dtype") == "object" and array.dtype.kind in "US":
+            array = array.astype(object)  # an ONNX string input: .npz files hold text as <U / S arrays, never objects
         if info.get("dtype") and array.dtype != np.dtype(info["dtype"]):
             raise BadInput(f"{source}: input '{name}' has dtype {array.dtype}, {what} takes {info['dtype']}")
         declared = info.get("shape")
@@ -58,7 +67,21 @@ def check_feeds(inputs: list[dict], feeds: dict, source: str, what: str) -> dict
 
 def save_outputs(path: str, outputs: dict[str, np.ndarray]) -> None:
     with atomic_path(path, suffix=".npz") as tmp:  # np.savez appends .npz to names without it
-        np.savez(tmp, **outputs)
+        np.savez(tmp, **{name: _storable(array) for name, array in outputs.items()})
+
+
+def _storable(array) -> np.ndarray:
+    """ONNX strings come back as object arrays, which np.savez pickles and np.load then refuses
+    (allow_pickle=False, its default): they are written as text arrays (<U, or S for bytes)."""
+    array = np.asarray(array)
+    if array.dtype != object or not array.size:
+        return array.astype(str) if array.dtype == object else array
+    items = array.reshape(-1).tolist()
+    if all(isinstance(item, str) for item in items):
+        return array.astype(str)
+    if all(isinstance(item, bytes) for item in items):
+        return array.astype(bytes)
+    return array
 
 
 def random_inputs(inputs: list[dict], shapes: dict[str, list[int]], table_rows: dict[str, int], seed: int = 0) -> dict:

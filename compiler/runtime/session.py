@@ -49,7 +49,7 @@ class PlanSession:
         self._warned_outside_profile = False
 
     def check_feeds(self, feeds: dict[str, np.ndarray], source: str) -> dict[str, np.ndarray]:
-        checked = check_feeds(self.inputs, feeds, source, "the plan")
+        checked = check_feeds(self.inputs, feeds, source, "the plan", tuple(self.plan.meta.get("defaulted_inputs", ())))
         self._warn_if_outside_profile(checked)
         return checked
 

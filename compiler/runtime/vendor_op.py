@@ -12,6 +12,7 @@ executor or an observer ignores the tactic and runs infc's kernel.
     Conv                        Conv (same attributes and inputs)
     com.microsoft.FusedConv     FusedConv (same attributes and inputs)
     infc.cpu.TunedMatMul        MatMul(a, w) on the original weight (inputs 0 and 1)
+    RNN, GRU, LSTM              themselves (same attributes and inputs)
 
 Sessions do not spin, unless one session runs all of a program's tactic steps. Each session owns a
 thread pool, and onnxruntime's workers spin-wait after every parallel section by default: with a
@@ -35,6 +36,10 @@ VENDOR_FORMS = {
     ("", "Conv"): ("", "Conv", None, True),
     ("com.microsoft", "FusedConv"): ("com.microsoft", "FusedConv", None, True),
     ("infc.cpu", "TunedMatMul"): ("", "MatMul", 2, False),
+    # recurrent layers (marked untimed: tune_vendor.RECURRENT_STEPS), as the model had them
+    ("", "RNN"): ("", "RNN", None, True),
+    ("", "GRU"): ("", "GRU", None, True),
+    ("", "LSTM"): ("", "LSTM", None, True),
 }
 CONV_STEPS = {("", "Conv"), ("com.microsoft", "FusedConv")}
 _OPSETS = {"": 17, "com.microsoft": 1}  # Conv and MatMul are unchanged since opset 13; FusedConv is version 1
@@ -121,20 +126,31 @@ def _attr(value):
 
 
 def vendor_runner(step_op: str, step_domain: str, attrs: dict, input_names: list[str],
-                  constants: dict[str, np.ndarray], threads: int | None = None) -> Callable:
-    """A kernel (inputs, attrs, ctx) -> [y] that runs one step in onnxruntime; `inputs` are all the
-    step's inputs in order (the constant ones and those its onnxruntime form does not read are
+                  constants: dict[str, np.ndarray], threads: int | None = None,
+                  output_names: list[str] | None = None) -> Callable:
+    """A kernel (inputs, attrs, ctx) -> outputs that runs one step in onnxruntime; `inputs` are all
+    the step's inputs in order (the constant ones and those its onnxruntime form does not read are
     ignored: the session holds the constants). `attrs` are decoded values. `threads`: the session's
-    intra-op threads (None: onnxruntime's default, one per core)."""
-    step = {"op": step_op, "domain": step_domain, "inputs": list(input_names), "outputs": ["y"], "attrs": attrs}
+    intra-op threads (None: onnxruntime's default, one per core). `output_names`: the step's (an
+    LSTM's Y, Y_h, Y_c, "" where unused, None for those); one output where not given."""
+    wanted = [bool(name) for name in (output_names or ["y"])]
+    node_outputs = [f"y{i}" if is_wanted else "" for i, is_wanted in enumerate(wanted)]
+    step = {"op": step_op, "domain": step_domain, "inputs": list(input_names), "outputs": node_outputs, "attrs": attrs}
     fed = [(name, index) for index, name in enumerate(input_names[:_num_read(step)]) if name and name not in constants]
-    session = _session([step], [name for name, _ in fed], ["y"], constants, lambda a: a, threads)
-    outputs = ["y"]
+    outputs = [name for name in node_outputs if name]
+    session = _session([step], [name for name, _ in fed], outputs, constants, lambda a: a, threads)
 
     def in_onnxruntime(inputs, attrs, ctx):
-        return session.run(outputs, {name: inputs[index] for name, index in fed})
+        results = iter(session.run(outputs, {name: _as_feed(inputs[index]) for name, index in fed}))
+        return [next(results) if is_wanted else None for is_wanted in wanted]
 
     return in_onnxruntime
+
+
+def _as_feed(value):
+    """onnxruntime takes arrays only: a NumPy scalar some kernel made (np.take with a 0-d index gives
+    one) becomes the 0-d array it stands for."""
+    return value if isinstance(value, np.ndarray) else np.asarray(value)
 
 
 def _session(members: list[dict], input_names: list[str], output_names: list[str], weights: dict, decode,
@@ -307,6 +323,6 @@ def group_runner(step: dict, weights: dict, decode, opset: int, spin: bool = Fal
                        islands=islands)
 
     def group_in_onnxruntime(inputs, attrs, ctx):
-        return session.run(output_names, dict(zip(input_names, inputs)))
+        return session.run(output_names, {name: _as_feed(value) for name, value in zip(input_names, inputs)})
 
     return group_in_onnxruntime

@@ -11,8 +11,9 @@ def test_dft(attrs, rng, single_node, ort_check):
                           input_names=["x", "", "a"]), {"x": x}, rtol=1e-5)
 
 
-def test_stft(rng, single_node, ort_check):
-    x = rng.standard_normal((1, 32, 1)).astype(F32)
+@pytest.mark.parametrize("shape", [(1, 32, 1), (2, 32)])  # [batch, length] without the trailing axis: torch.stft's export
+def test_stft(shape, rng, single_node, ort_check):
+    x = rng.standard_normal(shape).astype(F32)
     inits = {"step": np.array(4, np.int64), "w": np.hanning(8).astype(F32)}
     ort_check(single_node("STFT", {"x": x}, [("y", F32)], {"onesided": 1}, inits, opset=17), {"x": x})
 

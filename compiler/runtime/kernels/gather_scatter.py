@@ -16,7 +16,7 @@ def _positive(indices: np.ndarray, dim) -> np.ndarray:
 def gather(inputs, attrs, ctx):
     # NumPy indexing already reads indices in [-n, -1] from the end, as ONNX does
     x, indices = inputs
-    return [np.take(x, indices, axis=attrs.get("axis", 0))]
+    return [np.asarray(np.take(x, indices, axis=attrs.get("axis", 0)))]  # a 0-d index: a 0-d array, not a NumPy scalar
 
 
 def gather_elements(inputs, attrs, ctx):

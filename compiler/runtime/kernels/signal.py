@@ -43,6 +43,8 @@ def dft(inputs, attrs, ctx):
 
 def stft(inputs, attrs, ctx):
     x, step = inputs[0], int(inputs[1].reshape(-1)[0])
+    if x.ndim == 2:  # [batch, length]: a real signal without its trailing axis (torch.stft's export; onnxruntime takes it)
+        x = x[..., None]
     window, length = arg(inputs, 2), arg(inputs, 3)
     frame = int(length.reshape(-1)[0]) if length is not None else (window.shape[0] if window is not None else x.shape[-2])
     window = window if window is not None else np.ones(frame, dtype=x.dtype)

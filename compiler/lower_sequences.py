@@ -1,0 +1,57 @@
+"""Values that are not tensors (ONNX sequences, maps, optionals) never leave an onnxruntime island:
+the executor's values are arrays, so an island that makes one stays open, taking every later node,
+until each node that reads it has joined.
+
+    SequenceEmpty ─► Loop (SequenceInsert in its body) ─► ConcatFromSequence      one island
+          (the Shape / Gather between them, native or not, join it too)
+
+A value is a sequence where shape inference typed it so, where a sequence op made it, or where a
+sequence op reads it at a sequence slot (a Loop's scan-carried output has no type after some passes)."""
+
+from __future__ import annotations
+
+import onnx_graphsurgeon as gs
+
+NON_TENSOR_TYPES = {"sequence_type", "map_type", "optional_type", "sparse_tensor_type"}
+SEQUENCE_MAKERS = {"SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceErase", "SplitToSequence",
+                   "SequenceMap", "Optional"}
+# (op, input slot) that read a sequence or an optional
+SEQUENCE_READS = {("ConcatFromSequence", 0), ("SequenceAt", 0), ("SequenceInsert", 0), ("SequenceErase", 0),
+                  ("SequenceLength", 0), ("SequenceMap", 0), ("OptionalGetElement", 0), ("OptionalHasElement", 0)}
+
+
+def non_tensor_values(graph: gs.Graph) -> set[int]:
+    """ids of the graph's values that are not tensors."""
+    found = set()
+    for node in graph.nodes:
+        for out in node.outputs:
+            if node.op in SEQUENCE_MAKERS or getattr(out, "type", "tensor_type") in NON_TENSOR_TYPES:
+                found.add(id(out))
+        for slot, value in enumerate(node.inputs):
+            if (node.op, slot) in SEQUENCE_READS:
+                found.add(id(value))
+    return found
+
+
+class OpenSequences:
+    """The non-tensor values the pending island made that a node outside it still reads."""
+
+    def __init__(self, graph: gs.Graph):
+        self._non_tensor = non_tensor_values(graph)
+        self._unread: dict[int, int] = {}  # value id -> readers not yet in the island
+
+    def is_open(self) -> bool:
+        return bool(self._unread)
+
+    def joined(self, node: gs.Node) -> None:
+        for value in node.inputs:
+            if id(value) in self._unread:
+                self._unread[id(value)] -= 1
+                if not self._unread[id(value)]:
+                    del self._unread[id(value)]
+        for out in node.outputs:
+            if id(out) in self._non_tensor and out.outputs:
+                self._unread[id(out)] = len(out.outputs)
+
+    def closed(self) -> None:
+        self._unread.clear()
