@@ -286,8 +286,10 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
     feeds = session.check_feeds(feeds, inputs_path or "random inputs")
     try:
         outputs = session.run(feeds)
+    except BadInput as exc:
+        raise BadInput(f"{inputs_path}: {exc}" if inputs_path else str(exc)) from exc
     except InfcError as exc:
-        if inputs_path or isinstance(exc, BadInput):
+        if inputs_path:
             raise
         raise InfcError(f"{exc} (on random inputs: a model whose control flow or indexes depend on input values "
                         "needs real ones, --inputs FEEDS.npz)") from exc

@@ -233,6 +233,8 @@ def _explain_sample_failure(model_path: Path, model, program: Program, feeds: di
     """A sample run failed: when onnxruntime cannot run the original model on the same random
     inputs either, the inputs are at fault (bad input, say what to do); otherwise it is ours."""
     if is_given:
+        if isinstance(exc, BadInput):  # the given inputs do not fit the model's shapes
+            raise BadInput(f"{model_path}: {exc}") from exc
         raise exc
     try:
         ort_session(model).run(None, feeds)

@@ -255,3 +255,34 @@ def test_feeding_an_input_the_model_gives_a_default_says_it_is_built_in(tmp_path
     (tmp_path / "listed.yaml").write_text("inputs: {x: [2, 3], scale: [3]}\n")
     one_line_error(infc("build", model, "--profile", tmp_path / "listed.yaml", "-o", tmp_path / "q.bin", "--no-cache"), 2,
                    "inputs.scale: the model gives 'scale' a default value", "leave it out of the profile")
+
+
+def test_inputs_at_sizes_the_model_cannot_run_are_bad_input(tmp_path):
+    """A map added to an upsampled copy of its pooled half (HRNet, DLA) agrees in size only for
+    some heights: onnxruntime fails at the others too, so infc says which input shapes, exit 2."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("AveragePool", ["a"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Resize", ["p", "", "scales"], ["u"], mode="nearest"),
+             helper.make_node("Add", ["a", "u"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, "ho", "wo"])],
+        [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+         numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales")])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("inputs:\n  x: {min: [1, 3, 16, 16], opt: [1, 3, 32, 32], max: [2, 3, 32, 32]}\n")
+    build(tmp_path, model, profile)
+    fits = {"x": rng.standard_normal((1, 3, 24, 24)).astype(np.float32)}
+    assert_plan_matches_ort(tmp_path / "plan.bin", model, fits)
+    odd = {"x": rng.standard_normal((1, 3, 18, 18)).astype(np.float32)}
+    with pytest.raises(Exception, match="broadcast"):
+        ort_session(onnx.load(model)).run(None, odd)
+    np.savez(tmp_path / "odd.npz", **odd)
+    result = infc("run", tmp_path / "plan.bin", "--inputs", tmp_path / "odd.npz", "--outputs", tmp_path / "o.npz")
+    one_line_error(result, 2, "odd.npz", "does not run at input shapes x [1, 3, 18, 18]", "broadcast")
+    assert not (tmp_path / "o.npz").exists()

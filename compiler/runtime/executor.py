@@ -46,6 +46,7 @@ from .kernels import kernel_for
 from .kernels.common import KernelContext, decode_attrs
 from .kernels.conv_epilogue import fuse_conv_epilogues
 from .kernels.fake_quant import fuse_fake_quantize
+from .shape_contract import contradicts_shapes, input_shapes_text
 from .vendor_op import GROUP_OP, TACTIC, group_runner, group_tactic_steps, is_bridge_step, is_vendor_step, vendor_runner
 
 ISLAND_OP = "__island__"
@@ -257,6 +258,10 @@ class Executor:
             if isinstance(exc, InfcError) or not isinstance(exc, Exception):
                 raise
             label = step.label if step is not None else "run"
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            if contradicts_shapes(exc):
+                raise BadInput(f"the model does not run at input shapes {input_shapes_text(feeds)}: "
+                               f"{label}: {first_line}") from exc
             raise InfcError(f"{label} failed: {type(exc).__name__}: {exc}") from exc
         return {name: values[index] for name, index in self._output_slots}
 
