@@ -13,6 +13,7 @@ minimized with the other one pinned. A few culprits among N nodes cost O(k log N
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass, field
 
 import onnx
@@ -23,8 +24,10 @@ from .accuracy import METRICS, output_errors
 from .model_parts import get_metadata
 from .precision import METADATA_KEY, Prepared, convert_precision
 
-# Each trial converts and runs the model on every input; this bounds the search's time.
+# Each trial converts and runs the model on every input; these bound the search's time. The count alone
+# let a large, sensitive model (a 768-channel ConvMixer at 224x224, 15 s a trial) search for 10 minutes.
 MAX_CONVERSIONS = 40
+MAX_SECONDS = 120.0
 
 
 @dataclass
@@ -46,8 +49,10 @@ class RepairReport:
 class _Trials:
     """Converts with a set of pinned nodes and measures the error; every result is cached."""
 
-    def __init__(self, original: onnx.ModelProto, settings: dict, feeds_list: list[dict], budget: int, metric: str):
+    def __init__(self, original: onnx.ModelProto, settings: dict, feeds_list: list[dict], budget: int, metric: str,
+                 max_seconds: float = MAX_SECONDS):
         self.budget, self.metric = budget, metric
+        self.deadline = time.monotonic() + max_seconds
         self.is_minimal = True
         self.prepared = Prepared.of(original, settings["precision"])
         self.settings = settings
@@ -72,6 +77,10 @@ class _Trials:
     def num_conversions(self) -> int:
         return len(self._errors)
 
+    @property
+    def is_spent(self) -> bool:
+        return self.num_conversions >= self.budget or time.monotonic() >= self.deadline
+
 
 def error_of(model: onnx.ModelProto, names, feeds_list, expected, metric: str = "q_rel") -> float:
     session = ort_session(model)
@@ -84,16 +93,17 @@ def error_of(model: onnx.ModelProto, names, feeds_list, expected, metric: str = 
 
 def repair_precision(original_fp32: onnx.ModelProto, converted: onnx.ModelProto, tolerance: float,
                      feeds_list: list[dict], max_conversions: int = MAX_CONVERSIONS,
-                     metric: str = "q_rel") -> tuple[onnx.ModelProto, RepairReport]:
+                     metric: str = "q_rel", max_seconds: float = MAX_SECONDS) -> tuple[onnx.ModelProto, RepairReport]:
     """`converted` must come from `convert_precision(original_fp32, ...)` (its settings are read from
     the model's metadata). Returns the repaired model (or `converted` when it is within tolerance).
-    After `max_conversions` trials the search stops splitting and pins the chunks it still holds."""
+    After `max_conversions` trials or `max_seconds` the search stops splitting and pins the chunks it
+    still holds (the report says is_minimal False)."""
     if metric not in METRICS:
         raise BadInput(f"error metric '{metric}': expected one of {', '.join(METRICS)}")
     settings = get_metadata(converted, METADATA_KEY)
     if settings is None:
         raise BadInput(f"the model to repair has no '{METADATA_KEY}' metadata: convert it with convert_precision first")
-    trials = _Trials(original_fp32, json.loads(settings), feeds_list, max_conversions, metric)
+    trials = _Trials(original_fp32, json.loads(settings), feeds_list, max_conversions, metric, max_seconds)
     _, report = trials.convert(())
     before = trials.error(())
     if before <= tolerance:
@@ -129,7 +139,7 @@ def _minimize(trials: _Trials, candidates: list[str], fixed: frozenset, toleranc
         return []
     if len(candidates) == 1:
         return list(candidates)
-    if trials.num_conversions >= trials.budget:
+    if trials.is_spent:
         trials.is_minimal = False
         return list(candidates)
     first, second = candidates[:len(candidates) // 2], candidates[len(candidates) // 2:]

@@ -60,6 +60,13 @@ def test_search_budget_pins_whole_chunks(overflow):
     assert ["wide_matmul", "MatMul"] in report.pinned and len(report.pinned) > 1
 
 
+def test_search_time_budget_pins_whole_chunks(overflow):
+    converted, _ = convert_precision(overflow, "fp16")
+    _, report = repair_precision(overflow, converted, TOLERANCE, _feeds(overflow), max_seconds=0.0)
+    assert not report.is_minimal and report.is_within_tolerance
+    assert ["wide_matmul", "MatMul"] in report.pinned and len(report.pinned) > 1
+
+
 def test_repair_needs_a_model_from_convert_precision(overflow):
     with pytest.raises(BadInput, match="infc.precision"):
         repair_precision(overflow, overflow, TOLERANCE, _feeds(overflow))
