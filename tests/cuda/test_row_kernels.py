@@ -13,10 +13,10 @@ from infc.compiler.codegen import emulate
 from infc.compiler.codegen.cache import CubinCache
 from infc.compiler.codegen.compile import compile_source, find_nvcc
 from infc.compiler.codegen.row_kernels import ROW_OPS, row_entries, row_source
+from infc.compiler.runtime.cuda.executor import DeviceContext
 from infc.compiler.runtime.cuda.ops_attention import multi_head_attention, softmax_last
 from infc.compiler.runtime.cuda.ops_nn import NN
 from infc.compiler.runtime.cuda.rows import NORM, ROW_ARGS, SOFTMAX, RowKernels
-from infc.compiler.runtime.kernels.common import KernelContext
 
 ROW_CACHE_SOFTMAX, ROW_CACHE_NORM = 8 * 128, 8 * 256  # values a block holds in registers (ROW_CACHE x BLOCK)
 
@@ -27,10 +27,8 @@ def rows(emu_dir):
                        for entry in (SOFTMAX, NORM)})
 
 
-class Ctx(KernelContext):
-    def __init__(self, rows, num_outputs: int = 1):
-        super().__init__(17, [None] * num_outputs)
-        self.xp, self.rows = np, rows
+def _ctx(rows, num_outputs: int = 1) -> DeviceContext:
+    return DeviceContext(np, None, 17, [None] * num_outputs, rows=rows)
 
 
 def _close(got, want, limit=2e-6):
@@ -63,9 +61,9 @@ def test_attention_scores_in_one_pass_match_the_array_path(rows, queries, keys, 
     if masked:  # key padding (the array ops go first, then the kernel with scale 1)
         inputs[4] = (rng.random((b, keys)) > 0.3).astype(np.int32)
     attrs = {"num_heads": n, "unidirectional": 1, "scale": 0.3}
-    want = multi_head_attention(inputs, attrs, Ctx(None, 3))[0]
+    want = multi_head_attention(inputs, attrs, _ctx(None, 3))[0]
     launches = rows.launches
-    got = multi_head_attention(inputs, attrs, Ctx(rows, 3))[0]
+    got = multi_head_attention(inputs, attrs, _ctx(rows, 3))[0]
     assert rows.launches == launches + 1
     _close(got, want)
 
@@ -77,9 +75,9 @@ def test_norm_rows_match_the_array_path(rows, op, width):
     x = rng.standard_normal((2, 3, width), dtype=np.float32) * 3 + 1
     gamma, beta = rng.standard_normal(width, dtype=np.float32), rng.standard_normal(width, dtype=np.float32)
     inputs = [x, gamma, beta] if op == "LayerNormalization" else [x, gamma]
-    want = NN[("", op)](inputs, {"epsilon": 1e-5}, Ctx(None, len(inputs)))
+    want = NN[("", op)](inputs, {"epsilon": 1e-5}, _ctx(None, len(inputs)))
     launches = rows.launches
-    got = NN[("", op)](inputs, {"epsilon": 1e-5}, Ctx(rows, len(inputs)))
+    got = NN[("", op)](inputs, {"epsilon": 1e-5}, _ctx(rows, len(inputs)))
     assert rows.launches == launches + 1 and len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape
@@ -96,8 +94,8 @@ def test_skip_norm_rows_match_the_array_path(rows, op, with_bias, num_outputs):
     centered = op == "SkipLayerNormalization"
     inputs = [x, skip, gamma] + ([beta] if centered else []) + ([bias] if with_bias else [])
     kernel = NN[("com.microsoft", op)]
-    want = kernel(inputs, {"epsilon": 1e-6}, Ctx(None, num_outputs))
-    got = kernel(inputs, {"epsilon": 1e-6}, Ctx(rows, num_outputs))
+    want = kernel(inputs, {"epsilon": 1e-6}, _ctx(None, num_outputs))
+    got = kernel(inputs, {"epsilon": 1e-6}, _ctx(rows, num_outputs))
     _close(got[0], want[0])
     _close(got[2], want[2])
     assert (got[1] is None) == (want[1] is None) == (not centered)

@@ -43,7 +43,7 @@ def multi_head_attention(inputs, attrs, ctx):
     xp = ctx.xp
     q, k, v, padding, attn_bias, scale = mha_operands(inputs, attrs, xp)
     scores = xp.matmul(q, xp.swapaxes(k, -1, -2))
-    rows = getattr(ctx, "rows", None)
+    rows = ctx.rows
     if rows is not None and rows.may_softmax(scores):  # scale, causal band and softmax: one pass, in place
         filler = attrs.get("mask_filter_value", -10000.0)
         if padding is not None or attn_bias is not None:  # those go first, as array ops

@@ -21,7 +21,7 @@ def softmax(inputs, attrs, ctx):
     else:  # older opsets flatten to 2-D at `axis`
         split = norm_axis(attrs.get("axis", 1), x.ndim)
         x, axis = x.reshape(math.prod(shape[:split]), -1), 1
-    if axis == x.ndim - 1 and _rows_kernel(ctx, "may_softmax", x):
+    if axis == x.ndim - 1 and ctx.rows is not None and ctx.rows.may_softmax(x):  # one launch (rows.py)
         return [ctx.rows.softmax(x, xp).reshape(shape)]
     e = xp.exp(x - x.max(axis=axis, keepdims=True))
     e /= e.sum(axis=axis, keepdims=True)
@@ -41,15 +41,10 @@ def _normalize(x, scale, bias, first_axis: int, eps: float, center: bool, xp):
     return y.astype(x.dtype, copy=False), mean, inv_std
 
 
-def _rows_kernel(ctx, check: str, x, *args, **kwargs) -> bool:
-    """The plan's row kernel applies (runtime/cuda/rows.py): present, and the operands as it reads them."""
-    return getattr(ctx, "rows", None) is not None and getattr(ctx.rows, check)(x, *args, **kwargs)
-
-
 def layer_norm(inputs, attrs, ctx):
     x = inputs[0]
     axis, eps = norm_axis(attrs.get("axis", -1), x.ndim), attrs.get("epsilon", 1e-5)
-    if _rows_kernel(ctx, "may_norm", x, axis, arg(inputs, 1), arg(inputs, 2)):
+    if ctx.rows is not None and ctx.rows.may_norm(x, axis, arg(inputs, 1), arg(inputs, 2)):
         y, mean, inv_std, _ = ctx.rows.norm(x, axis, inputs[1], ctx.xp, beta=arg(inputs, 2), eps=eps, center=True)
         return [y, mean, inv_std]
     y, mean, inv_std = _normalize(x, arg(inputs, 1), arg(inputs, 2), axis, eps, True, ctx.xp)
@@ -59,7 +54,7 @@ def layer_norm(inputs, attrs, ctx):
 def rms_norm(inputs, attrs, ctx):
     x = inputs[0]
     axis, eps = norm_axis(attrs.get("axis", -1), x.ndim), attrs.get("epsilon", 1e-5)
-    if _rows_kernel(ctx, "may_norm", x, axis, arg(inputs, 1)):
+    if ctx.rows is not None and ctx.rows.may_norm(x, axis, arg(inputs, 1)):
         y, _, inv_std, _ = ctx.rows.norm(x, axis, inputs[1], ctx.xp, eps=eps, center=False)
         return [y, inv_std]
     y, _, inv_std = _normalize(x, arg(inputs, 1), None, axis, eps, False, ctx.xp)
@@ -71,7 +66,7 @@ def _skip_norm(center: bool):
         x, skip, gamma = inputs[0], inputs[1], inputs[2]
         beta, bias = (arg(inputs, 3), arg(inputs, 4)) if center else (None, arg(inputs, 3))
         eps = attrs.get("epsilon", 1e-12)
-        if _rows_kernel(ctx, "may_norm", x, x.ndim - 1, gamma, beta, bias, skip=skip):
+        if ctx.rows is not None and ctx.rows.may_norm(x, x.ndim - 1, gamma, beta, bias, skip=skip):
             return list(ctx.rows.norm(x, x.ndim - 1, gamma, ctx.xp, beta=beta, bias=bias, skip=skip, eps=eps,
                                       center=center, want_total=len(ctx.out) > 3))
         total = x + skip
