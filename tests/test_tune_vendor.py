@@ -300,3 +300,15 @@ def test_recurrent_steps_are_offered_to_onnxruntime_and_match_it(op, skip_y):
     names = [o["name"] for o in program.outputs]
     for diff in compare_outputs(names, ort_session(model).run(names, feeds["opt"]), actual):
         assert diff.max_rel_diff < 1e-5, diff
+
+
+def test_programs_on_a_coarse_grid_let_variants_differ_by_a_grid_step():
+    """Quantized and fp16 / bf16 programs round values between ops: one float32 ulp before a rounding
+    boundary moves a value a whole step, so tactic variants are checked at 1e-2, others at 1e-4."""
+    add = {"op": "Add", "inputs": ["a", "b"], "outputs": ["c"]}
+    cast = {"op": "Cast", "inputs": ["c"], "outputs": ["d"], "attrs": {"to": onnx.TensorProto.FLOAT}}
+    assert tune_context.agreement_rtol([add, cast]) == tune_context.AGREE_RTOL
+    for to in (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
+        assert tune_context.agreement_rtol([add, dict(cast, attrs={"to": to})]) == tune_context.AGREE_RTOL_QUANTIZED
+    quantize = {"op": "QuantizeLinear", "inputs": ["c", "s"], "outputs": ["q"]}
+    assert tune_context.agreement_rtol([add, quantize]) == tune_context.AGREE_RTOL_QUANTIZED
