@@ -83,7 +83,7 @@ def _gemm_candidates(program: Program, shapes_by_level: dict):
 def tune_vendor_tactics(program: Program, shapes_by_level: dict, target: str, *, budget_s, cache, show_progress: bool,
                         bench_fn=None) -> tuple[list, TuneReport | None]:
     """Marks the steps onnxruntime can run, with their time ratios; returns (table rows, the tuner's report)."""
-    _mark_integer_steps(program)
+    _mark_untimed_steps(program)
     plans, problems = _conv_problems(program, shapes_by_level, target)
     for index, shapes in _gemm_candidates(program, shapes_by_level):
         step = program.steps[index]
@@ -144,7 +144,7 @@ INTEGER_STEPS = frozenset({"QLinearConv", "QLinearMatMul", "ConvInteger", "MatMu
 RECURRENT_STEPS = frozenset({"RNN", "GRU", "LSTM"})
 
 
-def _mark_integer_steps(program: Program) -> None:
+def _mark_untimed_steps(program: Program) -> None:
     for step in program.steps:
         if (step.get("domain") or "") == "" and step["op"] in INTEGER_STEPS | RECURRENT_STEPS and not step.get("tactic"):
             _mark_untimed(step)

@@ -173,7 +173,7 @@ def test_qoperator_steps_and_their_islands_run_as_one_onnxruntime_session():
     x = RNG.standard_normal((1, 6, 9, 9)).astype(F32) * 2
     _, shapes = sample_run(program, {"x": x})
     seen = {"opt": {"x": ((1, 6, 9, 9), "float32"), **shapes}}
-    tune_vendor._mark_integer_steps(program)
+    tune_vendor._mark_untimed_steps(program)
     marked = frozenset(i for i, s in enumerate(program.steps) if s.get("tactic"))
     assert [program.steps[i]["op"] for i in marked] == ["QLinearConv"]
     keep = with_bridges(len(program.steps), marked, bridge_candidates(program, seen))

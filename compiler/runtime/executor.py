@@ -47,7 +47,8 @@ from .kernels.common import KernelContext, decode_attrs
 from .kernels.conv_epilogue import fuse_conv_epilogues
 from .kernels.fake_quant import fuse_fake_quantize
 from .shape_contract import contradicts_shapes, input_shapes_text
-from .vendor_op import GROUP_OP, TACTIC, group_runner, group_tactic_steps, is_bridge_step, is_vendor_step, vendor_runner
+from .vendor_op import (GROUP_OP, TACTIC, as_feed, group_runner, group_tactic_steps, is_bridge_step, is_vendor_step,
+                        vendor_runner)
 
 ISLAND_OP = "__island__"
 SHAPE_SOURCES = {("", "Shape"), ("", "Size")}  # outputs depend on the input's shape only
@@ -423,7 +424,7 @@ def _island_runner(model_bytes: bytes, input_names, output_names) -> Callable:
         if not sessions:
             sessions.append(ort.InferenceSession(_typed(model_bytes, dict(zip(input_names, inputs))), options,
                                                  providers=["CPUExecutionProvider"]))
-        return sessions[0].run(list(output_names), dict(zip(input_names, inputs)))
+        return sessions[0].run(list(output_names), {name: as_feed(value) for name, value in zip(input_names, inputs)})
 
     return _island
 

@@ -74,9 +74,9 @@ def _storable(array) -> np.ndarray:
     """ONNX strings come back as object arrays, which np.savez pickles and np.load then refuses
     (allow_pickle=False, its default): they are written as text arrays (<U, or S for bytes)."""
     array = np.asarray(array)
-    if array.dtype != object or not array.size:
-        return array.astype(str) if array.dtype == object else array
-    items = array.reshape(-1).tolist()
+    if array.dtype != object:
+        return array
+    items = array.reshape(-1).tolist()  # empty: text, as all() of nothing holds
     if all(isinstance(item, str) for item in items):
         return array.astype(str)
     if all(isinstance(item, bytes) for item in items):

@@ -141,15 +141,15 @@ def vendor_runner(step_op: str, step_domain: str, attrs: dict, input_names: list
     session = _session([step], [name for name, _ in fed], outputs, constants, lambda a: a, threads)
 
     def in_onnxruntime(inputs, attrs, ctx):
-        results = iter(session.run(outputs, {name: _as_feed(inputs[index]) for name, index in fed}))
+        results = iter(session.run(outputs, {name: as_feed(inputs[index]) for name, index in fed}))
         return [next(results) if is_wanted else None for is_wanted in wanted]
 
     return in_onnxruntime
 
 
-def _as_feed(value):
-    """onnxruntime takes arrays only: a NumPy scalar some kernel made (np.take with a 0-d index gives
-    one) becomes the 0-d array it stands for."""
+def as_feed(value):
+    """onnxruntime takes arrays only: a NumPy scalar some kernel made (np.take with a 0-d index, a ufunc
+    of 0-d arrays give one) becomes the 0-d array it stands for. Tactic sessions and islands feed through it."""
     return value if isinstance(value, np.ndarray) else np.asarray(value)
 
 
@@ -323,6 +323,6 @@ def group_runner(step: dict, weights: dict, decode, opset: int, spin: bool = Fal
                        islands=islands)
 
     def group_in_onnxruntime(inputs, attrs, ctx):
-        return session.run(output_names, {name: _as_feed(value) for name, value in zip(input_names, inputs)})
+        return session.run(output_names, {name: as_feed(value) for name, value in zip(input_names, inputs)})
 
     return group_in_onnxruntime
