@@ -23,9 +23,10 @@ from .runtime.executor import PLAIN, memo_kinds
 from .runtime.vendor_op import bridge_nodes, is_bridge_step
 
 # What a bridge may read and write (weights aside): the masks and indices between a transformer's
-# GEMMs (a NaN guard's IsNaN and Where, an embedding's Gather), a QDQ model's quantized values, as
-# well as float32 data
-DTYPES = ("float32", "bool", "int64", "int32", "int8", "uint8")
+# GEMMs (a NaN guard's IsNaN and Where, an embedding's Gather), a QDQ model's quantized values, an
+# fp16 / bf16 plan's low-type values (its Casts round as infc's do, and the data movement between
+# them is exact; a session onnxruntime will not load drops its variant), as well as float32 data
+DTYPES = ("float32", "float16", "bfloat16", "bool", "int64", "int32", "int8", "uint8")
 
 
 @functools.cache

@@ -12,7 +12,8 @@ this takes them off the per-run path without any shape inference at build time.
 
 Load-time fusion: without an observer, a convolution whose only reader is an elementwise step with
 scalar operands runs that step as its epilogue, block by block in cache (kernels/conv_epilogue.py),
-and a QuantizeLinear read only by a DequantizeLinear runs with it in one pass (kernels/fake_quant.py).
+a QuantizeLinear read only by a DequantizeLinear runs with it in one pass (kernels/fake_quant.py),
+and an fp16 / bf16 program's Cast pairs through the low type are one rounding step (cast_fold.py).
 Steps the build gave to onnxruntime (`"tactic"`, compiler/tune_vendor.py) run in one-node sessions,
 and runs of them in one session each (runtime/vendor_op.py).
 The plan keeps the steps as built, so device executors and observers see them unchanged.
@@ -41,6 +42,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import BadInput, InfcError
+from .cast_fold import fold_rounding
 from .gemm_impls import blas_threads
 from .kernels import kernel_for
 from .kernels.common import KernelContext, decode_attrs
@@ -108,6 +110,7 @@ class Executor:
         if observer is None:  # an observer sees every value: it gets the program as planned
             program_steps = fuse_fake_quantize(program_steps, set(self.output_names))
             program_steps = fuse_conv_epilogues(program_steps, self._weights, set(self.output_names))
+            program_steps = fold_rounding(program_steps, set(self.output_names))
             program_steps = group_tactic_steps(program_steps, self._weights, set(self.output_names))
         # one onnxruntime session for the whole of the tactic steps spins (runtime/vendor_op.py)
         sessions = [s for s in program_steps if s["op"] == GROUP_OP or (s.get("tactic") and is_vendor_step(s)

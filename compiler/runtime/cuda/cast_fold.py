@@ -1,16 +1,7 @@
-"""Round trips through the low type in fp16 / bf16 plans, as one device launch.
-
-A reduced-precision program (compiler/build_precision.py) computes in fp32 and stores in the low
-type, so between two ops it says `y = Cast(x, to=low)` then `z = Cast(y, to=float32)`. On the device
-each Cast is a launch and a pass over memory; where `y` feeds nothing but that one Cast back, the
-pair is the single op `z = RoundTo(x, to=low)`: fp32 in, fp32 out, every value rounded to the
-nearest low-type value (ties to even, NaN kept, overflow to inf), exactly what the two Casts give.
-
-Rounding is idempotent, so a RoundTo whose input already holds low-type values is dropped and its
-readers read the input (elide_repeated_rounding): a RoundTo's own output, a 16-bit GEMM site's output
-(rounded by cuBLAS, or by the site after a generated tile: runtime/cuda/gemm.py), and data movement of
-such values (a reshape or transpose between two casts). In a bf16 BERT-style encoder that is 10 of the
-17 RoundTo launches a layer.
+"""The device's RoundTo (runtime/cast_fold.py folds Cast pairs through the low type into it): one
+launch, fp32 in, fp32 out, every value rounded to the nearest low-type value with the GPU's own
+conversions. Which steps become RoundTo, and which roundings are dropped as repeated, is decided
+on the program by runtime/cast_fold.py for both backends.
 """
 
 from __future__ import annotations
@@ -19,12 +10,12 @@ import functools
 
 import numpy as np
 
+from ..cast_fold import LOW_CODES, LOW_TYPES
+from ..cast_fold import elide_repeated_rounding as program_elide
+from ..cast_fold import fold_cast_pairs as program_fold
 from ..kernels.common import np_dtype
 
 ROUND_OP = ("infc.cuda", "RoundTo")
-LOW_TYPES = {10: "float16", 16: "bfloat16"}  # ONNX TensorProto codes
-LOW_CODES = {name: code for code, name in LOW_TYPES.items()}
-TO_FLOAT32 = 1
 
 # bf16 round-to-nearest-even on the fp32 bits: add 0x7FFF plus the kept half's lowest bit, drop the
 # low 16 bits. NaN is kept as is (the carry could turn a NaN with only low payload bits into inf).
@@ -39,68 +30,14 @@ BODIES = {"float16": _F16_CUDA, "bfloat16": _BF16_CUDA}
 
 
 def fold_cast_pairs(placed: list[tuple[int, dict]], host_values: set[str], keep: set[str]) -> list[tuple[int, dict]]:
-    """`placed` (program index, step) with every foldable pair merged into the first Cast's slot; the
-    second Cast is dropped. `host_values` stay as they are (shape arithmetic runs on the host) and so do
-    values in `keep` (graph outputs)."""
-    consumers: dict[str, list[int]] = {}
-    for position, (_, step) in enumerate(placed):
-        for name in step["inputs"]:
-            if name:
-                consumers.setdefault(name, []).append(position)
-    folded, dropped = {}, set()
-    for position, (_, step) in enumerate(placed):
-        to = (step.get("attrs") or {}).get("to")
-        if _is_cast(step) and to in LOW_TYPES and step["inputs"][0] not in host_values:
-            low = step["outputs"][0]
-            users = consumers.get(low, [])
-            if len(users) == 1 and low not in keep:
-                back = placed[users[0]][1]
-                if _is_cast(back) and (back.get("attrs") or {}).get("to") == TO_FLOAT32:
-                    folded[position] = {"op": ROUND_OP[1], "domain": ROUND_OP[0], "name": step.get("name", ""),
-                                        "inputs": [step["inputs"][0]], "outputs": list(back["outputs"]),
-                                        "attrs": {"to": to}}
-                    dropped.add(users[0])
-    return [(index, folded.get(position, step)) for position, (index, step) in enumerate(placed)
-            if position not in dropped]
-
-
-# Ops that only move or select values: their outputs hold values of their data inputs (by position;
-# None: every input). The other inputs are shapes, axes or indexes.
-MOVEMENT_DATA_INPUTS = {"Reshape": (0,), "Transpose": (0,), "Squeeze": (0,), "Unsqueeze": (0,), "Flatten": (0,),
-                        "Split": (0,), "Slice": (0,), "Identity": (0,), "Expand": (0,), "Gather": (0,),
-                        "Tile": (0,), "Concat": None}
+    """runtime/cast_fold.fold_cast_pairs into the device's RoundTo."""
+    return program_fold(placed, host_values, keep, ROUND_OP)
 
 
 def elide_repeated_rounding(placed: list[tuple[int, dict]], rounded: dict[str, int],
                             keep: set[str]) -> list[tuple[int, dict]]:
-    """`placed` without the RoundTo steps whose input already holds values of their type; their
-    readers read that input instead. `rounded`: values known to hold low-type values (name -> type
-    code), such as GEMM outputs rounded by cuBLAS. Values in `keep` (graph outputs) stay."""
-    rounded, rename, kept = dict(rounded), {}, []
-    for index, step in placed:
-        inputs = [rename.get(name, name) for name in step["inputs"]]
-        if inputs != list(step["inputs"]):
-            step = {**step, "inputs": inputs}
-        domain, op = step.get("domain") or "", step["op"]
-        if (domain, op) == ROUND_OP:
-            to, source, target = step["attrs"]["to"], inputs[0], step["outputs"][0]
-            if rounded.get(source) == to and target not in keep:
-                rename[target] = source
-                continue
-            rounded[target] = to
-        elif domain == "" and op in MOVEMENT_DATA_INPUTS:
-            positions = MOVEMENT_DATA_INPUTS[op]
-            data = [n for n in inputs if n] if positions is None else [inputs[i] for i in positions if i < len(inputs)]
-            types = {rounded.get(name) for name in data}
-            if data and len(types) == 1 and None not in types:
-                to = types.pop()
-                rounded.update((name, to) for name in step["outputs"] if name)
-        kept.append((index, step))
-    return kept
-
-
-def _is_cast(step: dict) -> bool:
-    return (step.get("domain") or "") in ("", "ai.onnx") and step["op"] == "Cast"
+    """runtime/cast_fold.elide_repeated_rounding of the device's RoundTo."""
+    return program_elide(placed, rounded, keep, ROUND_OP)
 
 
 def round_to(inputs, attrs, ctx):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .common import KernelContext
+from .jit_half import float16_to_float32, float32_to_float16
 
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 ALL = None  # every output follows the input type
@@ -46,7 +47,7 @@ def widen_half(kernel: Callable, num_typed_outputs: int | None) -> Callable:
         # an offered output buffer is float16: the float32 kernel allocates its own
         results = kernel(wide, attrs, KernelContext(ctx.opset, [None] * len(ctx.out), ctx.memo))
         last = len(results) if num_typed_outputs is None else num_typed_outputs
-        return [r.astype(F16) if i < last and r is not None and r.dtype == F32 else r for i, r in enumerate(results)]
+        return [float32_to_float16(r) if i < last and r is not None and r.dtype == F32 else r for i, r in enumerate(results)]
     run.accepts_out = getattr(kernel, "accepts_out", False)  # float32 data keeps the donated buffers
     run.__wrapped__ = kernel
     return run
@@ -56,7 +57,7 @@ def _widened(x, position: int, memo: dict):
     if x is None or getattr(x, "dtype", None) != F16:
         return x
     if x.flags.writeable:  # an activation (or a weight before the plan is written): changes every call
-        return x.astype(F32)
+        return float16_to_float32(x)
     cached = memo.get(position)
     if cached is None or cached[0] is not x:
         cached = memo[position] = (x, x.astype(F32))
