@@ -21,6 +21,16 @@ INT8_WEIGHTS_HELP = ("int8: weight codes in [-127, 127] (8bit) or [-64, 64] (7bi
                      "on x86 without VNNI saturate 8-bit ones); auto: 7bit where this CPU lacks VNNI.")
 
 stderr = Console(stderr=True, markup=False)
+PIPED_WIDTH = 160  # columns of reports written to a file or a pipe (rich's 80 cut pass and kernel names)
+
+
+def _report_console() -> Console:
+    """Where reports print: stdout, as wide as the terminal, or PIPED_WIDTH when it is not one (a CI
+    log, `| less`); COLUMNS, when set, wins as rich has it."""
+    console = Console(markup=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(markup=False, width=PIPED_WIDTH)
+    return console
 
 
 def _fail(message: str, code: int) -> None:
@@ -150,7 +160,7 @@ def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision,
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
-    print_report(report, Console(markup=False))
+    print_report(report, _report_console())
     if verify:
         click.echo(f"verify: max abs diff {report['max_abs_diff']:.3g}, max rel diff {report['max_rel_diff']:.3g} "
                    f"over {len(report['outputs'])} outputs")
@@ -177,7 +187,7 @@ def inspect(target, as_json, html_path):
         if as_json:
             click.echo(json.dumps(report, indent=2))
         else:
-            print_plan_report(report, Console(markup=False))
+            print_plan_report(report, _report_console())
         return
     _, result = _run_optimize(target, quiet=as_json)
     report = report_json(result)
@@ -187,7 +197,7 @@ def inspect(target, as_json, html_path):
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        print_report(report, Console(markup=False))
+        print_report(report, _report_console())
 
 
 def _is_plan(path: str) -> bool:
@@ -235,7 +245,7 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
     if as_json:
         click.echo(json.dumps(report, indent=2, default=str))
     else:
-        print_build_report(report, Console(markup=False))
+        print_build_report(report, _report_console())
 
 
 @main.command()
