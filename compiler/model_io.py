@@ -112,12 +112,12 @@ def _check_model(model: onnx.ModelProto, path: Path) -> None:
     are checked here instead (what the checker would have found wrong with them)."""
     _check_weight_sizes(model.graph, path)
     light = _without_weight_data(model)
-    for _ in range(MAX_ORT_ONLY_OPS + 1):
+    for _ in range(MAX_ORT_ONLY_OPS + 2):
         try:
             onnx.checker.check_model(light)
             return
         except (onnx.checker.ValidationError, ValueError) as exc:
-            if not _set_aside_ort_only_op(light, str(exc)):
+            if not (_set_aside_ort_only_op(light, str(exc)) or _declare_io_types(light, str(exc))):
                 raise BadInput(f"{path}: the ONNX checker rejects the model: {_first_line(exc)}") from None
     raise BadInput(f"{path}: the ONNX checker rejects the model: more than {MAX_ORT_ONLY_OPS} ops it does not know")
 
@@ -142,6 +142,39 @@ def _set_aside_ort_only_op(light: onnx.ModelProto, message: str) -> bool:
     if not any(o.domain == SET_ASIDE_DOMAIN for o in light.opset_import):
         light.opset_import.append(onnx.helper.make_opsetid(SET_ASIDE_DOMAIN, 1))
     return True
+
+
+# Graph inputs / outputs declared by name only (old exporters, IR 3): the checker wants a type with a
+# shape on each; onnxruntime runs such models and infers what they hold. The checker's copy gets what
+# onnx's shape inference finds (an unknown shape where it finds none); the model itself is unchanged.
+UNDECLARED_IO = ("Field 'type' of 'value_info' is required", "Field 'shape' of 'type' is required")
+
+
+def _declare_io_types(light: onnx.ModelProto, message: str) -> bool:
+    if not any(text in message for text in UNDECLARED_IO):
+        return False
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False)
+    except Exception:  # noqa: BLE001 - onnx's inference errors have no common base: declare none
+        inferred = light
+    known = {v.name: v.type for v in [*inferred.graph.value_info, *inferred.graph.output, *inferred.graph.input]
+             if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type}
+    changed = False
+    for value in [*light.graph.input, *light.graph.output]:
+        if not value.HasField("type") or not value.type.WhichOneof("value"):
+            if value.name not in known:
+                continue
+            value.type.CopyFrom(known[value.name])
+            changed = True
+        tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        if tensor is not None and not tensor.HasField("shape"):
+            if value.name in known and known[value.name].tensor_type.HasField("shape"):
+                tensor.shape.CopyFrom(known[value.name].tensor_type.shape)
+            else:
+                tensor.shape.dim.add()  # rank unknown to the checker alike: one symbolic dim
+                tensor.shape.dim[0].dim_param = "unknown"
+            changed = True
+    return changed
 
 
 LARGE_INITIALIZER_BYTES = 1 << 16

@@ -154,3 +154,29 @@ def test_local_functions_are_expanded_on_load_and_a_plan_runs_them(tmp_path):
     x = rng.standard_normal((1, 8)).astype(np.float32)
     np.testing.assert_allclose(PlanSession(tmp_path / "f.plan").run({"x": x})["y"], ort_session(model).run(["y"], {"x": x})[0],
                                rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("declared", ["type without shape", "name only"])
+def test_outputs_declared_without_a_shape_or_type_load_as_onnxruntime_runs_them(tmp_path, declared):
+    """Old exporters (IR 3) declare graph outputs without a shape, or by name alone; onnx's checker
+    wants both, onnxruntime runs the model. The checker sees them inferred; a plan runs the model."""
+    from onnx import TensorProto
+
+    from infc.compiler.build import BuildOptions, build
+    from infc.compiler.runtime.session import PlanSession
+    from infc.compiler.verify import ort_session
+
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, None) if declared == "type without shape" \
+        else onnx.ValueInfoProto(name="y")
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=1)],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])], [output])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 7)], ir_version=3)
+    path = tmp_path / "old.onnx"
+    onnx.save(model, path)
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(model)
+    assert model_io.load_model(path).graph.output[0] == output  # the model as it was: only the checker's copy is typed
+    build(str(path), None, str(tmp_path / "old.plan"), BuildOptions(target="cpu", cache_dir=tmp_path / "c", show_progress=False))
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    np.testing.assert_allclose(PlanSession(tmp_path / "old.plan").run({"x": x})["y"], ort_session(model).run(["y"], {"x": x})[0],
+                               rtol=1e-6, atol=1e-7)
