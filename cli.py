@@ -280,13 +280,14 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
 
     if outputs_path:
         _check_writable_output(outputs_path)
-    if _plan_kind(plan) == "decoder":
+    kind = _plan_kind(plan)
+    if kind == "decoder":
         return _run_decoder(plan, outputs_path, seed, as_json, op_profile, **decode_options)
     given = [f"--{k.replace('_', '-')}" for k in ("prompt", "max_tokens", "workload", "num_requests", "max_num_seqs",
                                                   "itl_factor")
              if decode_options[k] is not None]
-    if given:
-        raise BadInput(f"{plan}: {given[0]} needs a decoder plan (this one is kind '{_plan_kind(plan)}')")
+    if given and kind is not None:  # not a plan at all: the session's reader says what is wrong
+        raise BadInput(f"{plan}: {given[0]} needs a decoder plan (this one is kind '{kind}')")
 
     from .compiler.runtime.feeds_io import load_feeds, random_plan_feeds, save_outputs
     from .compiler.runtime.session import PlanSession

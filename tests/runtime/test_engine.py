@@ -281,5 +281,10 @@ def test_cli_decoder_options_on_a_one_shot_plan(monkeypatch, tmp_path):
     assert result.exit_code == 2 and "--prompt needs a decoder plan" in result.stderr
 
 
+def test_cli_decoder_options_on_a_missing_plan_name_the_file(tmp_path):
+    result = CliRunner().invoke(cli.main, ["run", str(tmp_path / "none.plan"), "--num-requests", "2"])
+    assert result.exit_code == 2 and result.stderr.strip() == f"error: {tmp_path / 'none.plan'}: no such plan file"
+
+
 def test_spec_is_what_the_runner_reports():
     assert isinstance(FakeRunner(SPEC).spec, ModelSpec)
