@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BadInput
+from ..errors import BadInput, InfcError
 from ..plan.format import read_plan
 from ..target import check_target
 from .executor import Executor
@@ -53,18 +53,35 @@ class PlanSession:
         self._warn_if_outside_profile(checked)
         return checked
 
-    def _warn_if_outside_profile(self, feeds) -> None:
+    def _outside_profile(self, feeds) -> str | None:
+        """How the first input outside the profile's range lies, or None."""
         profile = self.plan.meta.get("profile", {}).get("inputs", {})
         for name, array in feeds.items():
             bounds = profile.get(name)
-            if bounds and any(not lo <= s <= hi for s, lo, hi in zip(array.shape, bounds["min"], bounds["max"])):
-                if not self._warned_outside_profile:
-                    print(f"warning: input '{name}' shape {list(array.shape)} is outside the profile "
-                          f"[{bounds['min']} .. {bounds['max']}]: running with generic (untuned) kernels", file=sys.stderr)
-                    self._warned_outside_profile = True
+            shape = getattr(array, "shape", ())
+            if bounds and any(not lo <= s <= hi for s, lo, hi in zip(shape, bounds["min"], bounds["max"])):
+                return f"input '{name}' shape {list(shape)} is outside the profile [{bounds['min']} .. {bounds['max']}]"
+        return None
+
+    def _warn_if_outside_profile(self, feeds) -> None:
+        outside = self._outside_profile(feeds)
+        if outside and not self._warned_outside_profile:
+            print(f"warning: {outside}: running with generic (untuned) kernels", file=sys.stderr)
+            self._warned_outside_profile = True
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return self.executor.run(feeds)
+        try:
+            return self.executor.run(feeds)
+        except BadInput:
+            raise
+        except InfcError as exc:
+            # The build checked the model at the profile's shapes only. Past them, a model's own shapes
+            # often give out (position tables, fixed reshapes: onnxruntime fails the same way), so a
+            # failure there is reported as the input it is, with the kernel's words.
+            outside = self._outside_profile(feeds)
+            if outside is None:
+                raise
+            raise BadInput(f"the plan does not run at these inputs ({outside}, where the build never ran it): {exc}") from exc
 
     def benchmark(self, feeds, iterations: int, warmup: int = 2) -> list[float]:
         for _ in range(warmup):

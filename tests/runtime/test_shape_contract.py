@@ -43,3 +43,36 @@ def test_onnxruntime_failures_contradict_shapes(op):
 def test_other_failures_do_not():
     assert not contradicts_shapes(ValueError("axis 4 out of range for rank 3"))
     assert not contradicts_shapes(IndexError("index 10 is out of bounds for axis 0 with size 4"))
+
+
+def test_a_run_past_the_profile_that_the_model_cannot_take_is_bad_input(tmp_path):
+    """A position table of 4 rows read at positions 0..S-1: the build ran S <= 4 only; at S = 6 the
+    model itself fails (onnxruntime too), which `infc run` reports as the input it is (exit 2)."""
+    import onnx
+    from onnx import numpy_helper
+
+    from infc.compiler.build import BuildOptions, build
+    from infc.compiler.errors import BadInput
+    from infc.compiler.runtime.session import PlanSession
+
+    table = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "table")
+    scalars = [numpy_helper.from_array(np.array(v, dtype=np.int64), n) for n, v in (("zero", 0), ("one", 1))]
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Gather", ["shape", "one"], ["length"]),
+             helper.make_node("Range", ["zero", "length", "one"], ["positions"]),
+             helper.make_node("Gather", ["table", "positions"], ["rows"]),
+             helper.make_node("Unsqueeze", ["x", "axes"], ["x3"]), helper.make_node("Add", ["x3", "rows"], ["y"])]
+    axes = numpy_helper.from_array(np.array([2], dtype=np.int64), "axes")
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "S", 3])], [table, axes, *scalars])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(model, tmp_path / "m.onnx")
+    (tmp_path / "p.yaml").write_text("inputs:\n  x: {min: [1, 1], opt: [1, 2], max: [1, 4]}\n")
+    build(str(tmp_path / "m.onnx"), str(tmp_path / "p.yaml"), str(tmp_path / "m.plan"),
+          BuildOptions(target="cpu", use_cache=False, show_progress=False))
+    session = PlanSession(tmp_path / "m.plan")
+    inside = np.ones((1, 4), np.float32)
+    np.testing.assert_array_equal(session.run({"x": inside})["y"], ort_session(model).run(["y"], {"x": inside})[0])
+    with pytest.raises(Exception):  # noqa: B017 - onnxruntime's own error type
+        ort_session(model).run(["y"], {"x": np.ones((1, 6), np.float32)})
+    with pytest.raises(BadInput, match=r"input 'x' shape \[1, 6\] is outside the profile \[\[1, 1\] \.\. \[1, 4\]\]"):
+        session.run({"x": np.ones((1, 6), np.float32)})
