@@ -26,6 +26,7 @@ from .autotune.timing_cache import TimingCache
 from .codegen.plan_kernels import CUBIN_SECTION
 from .autotune.tuner import tune_all
 from .lower import Program
+from .runtime.cast_fold import LOW_CODES
 from .runtime.cuda.gemm import weight_nk
 from .target import cuda_fingerprint, fingerprint_id
 
@@ -162,8 +163,8 @@ def tune_cuda(program: Program, shapes_by_level: dict, profile, options, log, ta
     fuse = EpilogueFuser(fingerprint["arch"], cubins, log)  # codegen/plan_kernels.py
     output_names = {o["name"] for o in program.outputs}
     for site, keys in per_site:
-        epilogue = None if site.dtype != "float32" else match_epilogue(  # 16-bit sites: their Cast follows
-            program.steps, site.step, program.weights, site.n, output_names, shapes_by_level)
+        epilogue = match_epilogue(program.steps, site.step, program.weights, site.n, output_names, shapes_by_level,
+                                  through_low=LOW_CODES.get(site.dtype))  # 16-bit sites: through their rounding
         choices = []
         for bucket, key in keys:
             winner = report.results[key].winner

@@ -10,6 +10,14 @@ all. A value is absorbed only when one step reads it and it is not a program out
 can see the intermediates the fused launch never writes. Convolutions stop at their own bias and
 activation: the GEMM's (pixels, channels) rows are transposed afterwards, a residual is not.
 
+A 16-bit site of an fp16 / bf16 plan (`through_low`) writes values its program rounds to the low type
+next: MatMul -> Cast(low) -> Cast(float32) -> Add(·, b) -> ... Its epilogue may take that round trip
+too: the bias (and activation, as BiasGelu) is added to the fp32 accumulator and the result is rounded
+once, by the rounding the program does after the Add, where the plan as written rounds twice. That is
+what an fp16 GEMM with a fused bias computes on cuBLAS or TensorRT (fp32 epilogue, one conversion), and
+it saves a launch and a pass over the output per site. Without a stage to absorb, the round trip stays
+and the site rounds its own output (GemmSpec.rounded_to).
+
 The CPU program is left as it is; the match is recorded in the plan (meta["cuda"]["gemms"][i]["epilogue"])
 and the device executor runs the site's step in place of the absorbed ones (runtime/cuda/gemm.py).
 """
@@ -25,6 +33,7 @@ from ..runtime.cuda.gemm import EpilogueSpec
 ACTIVATION_OF = {("", "Relu"): "relu", ("", "Gelu"): "gelu", ("com.microsoft", "Gelu"): "gelu"}
 CONV_ACTIVATION = {"Relu": "relu"}
 STAGES = ("bias", "act", "residual")
+TO_FLOAT32 = 1  # ONNX TensorProto.FLOAT
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,10 @@ def _is_bias(weight, n: int) -> bool:
     return weight is not None and weight.dtype == np.float32 and weight.shape == (n,)
 
 
-def match_epilogue(steps: list[dict], index: int, weights: dict, n: int, output_names, shapes_by_level) -> EpilogueSpec | None:
+def match_epilogue(steps: list[dict], index: int, weights: dict, n: int, output_names, shapes_by_level,
+                   through_low: int | None = None) -> EpilogueSpec | None:
+    """The site's epilogue; `through_low` (an ONNX type code): a 16-bit site whose output the program
+    rounds to that type first (see the module docstring)."""
     step = steps[index]
     key, attrs = (step.get("domain") or "", step["op"]), step.get("attrs") or {}
     found: dict = {}
@@ -97,6 +109,13 @@ def match_epilogue(steps: list[dict], index: int, weights: dict, n: int, output_
     value, stage, absorbed = step["outputs"][0], (0 if found else -1), []
     produced_at = {name: i for i, s in enumerate(steps) for name in s["outputs"] if name}
     hidden = {value}  # values the fused launch never writes
+    if through_low is not None:
+        round_trip = None if own else _round_trip(steps, readers, value, through_low, output_names)
+        if round_trip is None:
+            return None
+        absorbed.extend(round_trip)
+        value = steps[round_trip[-1]]["outputs"][0]
+        hidden.update(steps[i]["outputs"][0] for i in round_trip)
 
     def is_residual(name: str) -> bool:  # ready when the site runs, visible, the output's shape
         return (produced_at.get(name, -1) < index and name not in hidden
@@ -118,9 +137,24 @@ def match_epilogue(steps: list[dict], index: int, weights: dict, n: int, output_
         found.update(taken)
         absorbed.append(reader)
         value, stage = steps[reader]["outputs"][0], last
-    if not absorbed and not found:
+    if not found:  # nothing to do after the GEMM (a round trip alone stays the program's)
         return None
     return EpilogueSpec(**found, own=own, absorbed=tuple(absorbed), output=value)
+
+
+def _round_trip(steps: list[dict], readers: dict, value: str, low: int, output_names) -> list[int] | None:
+    """[Cast(value, low), Cast(that, float32)] as step indices when those are `value`'s only readers."""
+    trip, current = [], value
+    for to in (low, TO_FLOAT32):
+        if current in output_names or len(readers.get(current, [])) != 1:
+            return None
+        reader = readers[current][0]
+        cast = steps[reader]
+        if (cast.get("domain") or "", cast["op"]) != ("", "Cast") or (cast.get("attrs") or {}).get("to") != to:
+            return None
+        trip.append(reader)
+        current = cast["outputs"][0]
+    return trip
 
 
 def _same_shape(name: str, like: str, shapes_by_level) -> bool:

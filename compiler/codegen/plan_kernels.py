@@ -29,8 +29,9 @@ class EpilogueFuser:
 
         if epilogue is None:
             return None
-        variant = with_epilogue(BY_NAME[plain], Epilogue(bias=epilogue.bias is not None, act=epilogue.act,
-                                                         residual=epilogue.residual is not None))
+        tile = BY_NAME[plain]  # a 16-bit site's tile keeps its fp32 output (variants.TO_F32)
+        variant = with_epilogue(tile, Epilogue(bias=epilogue.bias is not None, act=epilogue.act,
+                                               residual=epilogue.residual is not None, out_dtype=tile.epilogue.out_dtype))
         if variant.name not in self._ok:
             try:
                 resources = cubin_for(variant, self.arch, self.cubins)[1].get("resources")

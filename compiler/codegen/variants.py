@@ -190,7 +190,9 @@ def with_epilogue(variant: Variant, epilogue: Epilogue) -> Variant:
 
 @functools.cache
 def _fused_by_name() -> dict[str, Variant]:
-    fused = (with_epilogue(v, e) for v in VARIANTS if is_plain(v) for e in FUSED_EPILOGUES)
+    fused = [with_epilogue(v, e) for v in VARIANTS if is_plain(v) for e in FUSED_EPILOGUES]
+    fused += [with_epilogue(v, replace(e, out_dtype=TO_F32.out_dtype)) for v in VARIANTS if is_plain_to_f32(v)
+              for e in FUSED_EPILOGUES]  # a 16-bit site's tile with its epilogue taken through the rounding
     return {v.name: v for v in fused}
 
 

@@ -76,6 +76,27 @@ def test_what_is_not_absorbed():
     assert _site([mm, add_b], weights, shape, outputs=("m", "t")) is None
 
 
+def test_a_16_bit_sites_epilogue_goes_through_its_rounding():
+    """MatMul -> Cast(bf16) -> Cast(fp32) -> BiasGelu: the launch adds the bias and applies GELU to the fp32
+    accumulator; the program's rounding after BiasGelu rounds once. Nothing to absorb after the round
+    trip, a low value read elsewhere, or a round trip to another type: no epilogue (the site rounds)."""
+    weights = {"w": np.ones((3, 4), F32), "b": np.ones(4, F32)}
+    shape = {"min": {n: ((2, 4), "float32") for n in ("m", "m32", "g", "g32", "y")}}
+    steps = [{"op": "MatMul", "inputs": ["x", "w"], "outputs": ["m"]},
+             {"op": "Cast", "inputs": ["m"], "outputs": ["m16"], "attrs": {"to": 16}},
+             {"op": "Cast", "inputs": ["m16"], "outputs": ["m32"], "attrs": {"to": 1}},
+             {"op": "BiasGelu", "domain": "com.microsoft", "inputs": ["m32", "b"], "outputs": ["g"]},
+             {"op": "Cast", "inputs": ["g"], "outputs": ["g16"], "attrs": {"to": 16}},
+             {"op": "Cast", "inputs": ["g16"], "outputs": ["y"], "attrs": {"to": 1}}]
+    spec = match_epilogue(steps, 0, weights, 4, {"y"}, shape, through_low=16)
+    assert (spec.bias, spec.act, spec.absorbed, spec.output) == ("b", "gelu", (1, 2, 3), "g")
+    assert match_epilogue(steps, 0, weights, 4, {"y"}, shape, through_low=10) is None  # a bf16 trip, not fp16
+    assert match_epilogue(steps[:3], 0, weights, 4, {"m32"}, shape, through_low=16) is None  # nothing after it
+    shared = [*steps, {"op": "Relu", "inputs": ["m16"], "outputs": ["z"]}]
+    assert match_epilogue(shared, 0, weights, 4, {"y", "z"}, shape, through_low=16) is None
+    assert match_epilogue(steps, 0, weights, 4, {"y"}, shape) is None  # an fp32 site reads no Cast as an epilogue
+
+
 def _executor(program, shapes, launches, impl: str):
     """Every site on the emulated tile: `impl` "fused" (the epilogue in the launch), "kernel" (plain
     launch + separate ops) or "cublas"."""

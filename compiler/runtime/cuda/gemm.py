@@ -135,11 +135,15 @@ class GemmSite:
                 product = self.xp.matmul(a_low, self.w_nk.T)
                 out[...] = product
                 rounded = product.dtype == self.low  # a 16-bit product (an array module might widen it)
-            else:  # the tile writes fp32 accumulators
-                self.launches[choice.kernel](a_low.view(np.uint16), self.w_nk.view(np.uint16), out, m, self.spec.n, k)
+            else:  # the tile writes fp32 accumulators, through its fused epilogue if it has one
+                fused = {"bias": self.bias, "residual": residual} if choice.fused else {}
+                self.launches[choice.kernel](a_low.view(np.uint16), self.w_nk.view(np.uint16), out, m, self.spec.n, k,
+                                             **fused)
                 rounded = False
             if not rounded and epilogue is None:  # GemmSpec.rounded_to promises low-type values
                 round_in_place(out, self.spec.dtype)
+            # with an epilogue (taken through the plan's rounding: codegen/epilogue_match.py) the output
+            # stays fp32 and the program's next rounding, after the absorbed steps, rounds it once
             name = choice.impl if choice.impl == CUBLAS else choice.kernel
         elif choice.impl == CUBLAS:
             self.xp.matmul(a, self.w_nk.T, out=out)
