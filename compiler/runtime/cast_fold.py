@@ -22,6 +22,7 @@ LOW_TYPES = {10: "float16", 16: "bfloat16"}  # ONNX TensorProto codes
 LOW_CODES = {name: code for code, name in LOW_TYPES.items()}
 TO_FLOAT32 = 1
 SHAPE_READERS = {"Shape", "Size"}  # read a value's shape only: the rounded fp32 value has the same
+NAMED_INPUT_OPS = {"__island__"}  # runtime/executor.ISLAND_OP: an onnxruntime subgraph fed by value name
 
 def fold_cast_pairs(placed: list[tuple[int, dict]], host_values: set[str], keep: set[str],
                     round_op: tuple[str, str]) -> list[tuple[int, dict]]:
@@ -74,6 +75,8 @@ def elide_repeated_rounding(placed: list[tuple[int, dict]], rounded: dict[str, i
     """`placed` without the RoundTo steps whose input already holds values of their type; their
     readers read that input instead. `rounded`: values known to hold low-type values (name -> type
     code), such as GEMM outputs rounded by cuBLAS. Values in `keep` (graph outputs) stay."""
+    # an island's session names its inputs as the program did: a value it reads is never renamed
+    keep = set(keep) | {name for _, step in placed if step["op"] in NAMED_INPUT_OPS for name in step["inputs"]}
     rounded, rename, kept = dict(rounded), {}, []
     for index, step in placed:
         inputs = [rename.get(name, name) for name in step["inputs"]]

@@ -60,3 +60,14 @@ def test_casts_onnxruntime_runs_and_graph_outputs_stay():
              op("Relu", ["a32"], "b"), cast("b16", "b", 10), cast("b32", "b16", 1)]
     assert _ops(fold_rounding(steps, keep={"a32", "b16"})) == _ops(steps)
     assert fold_rounding([op("Relu", ["x"], "a")], keep={"a"}) == [op("Relu", ["x"], "a")]  # no low type: as is
+
+
+def test_values_an_island_reads_keep_their_names():
+    """An onnxruntime island is fed by value name: the rounding of a value it reads stays, even when
+    the value holds rounded values already (elsewhere its readers would read the input instead)."""
+    island = {"op": "__island__", "domain": "", "name": "island", "inputs": ["r32"], "outputs": ["y"],
+              "section": "island/0"}
+    steps = [*_program(10)[:7], island]
+    folded = fold_rounding(steps, keep={"y"})
+    assert folded[-1]["inputs"] == ["r32"]
+    assert [s["outputs"] for s in folded if (s.get("domain"), s["op"]) == CPU_ROUND_OP] == [["a32"], ["r32"]]
