@@ -261,8 +261,10 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
                    "the whole serving run; print the slowest steps and the time per op type (with --json: every "
                    "step, under op_profile).")
 @click.option("--prompt", help="Decoder plans: generate from this text (through the model's chat template).")
-@click.option("--max-tokens", type=int, help="Decoder plans: most tokens to generate per request (default 128).")
-@click.option("--temperature", default=0.0, show_default=True, help="Decoder plans: 0 is greedy.")
+@click.option("--max-tokens", type=click.IntRange(min=1),
+              help="Decoder plans: most tokens to generate per request (default 128).")
+@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0),
+              help="Decoder plans: 0 is greedy.")
 @click.option("--workload", type=click.Path(dir_okay=False), help="Decoder plans: a JSONL trace of requests.")
 @click.option("--num-requests", type=click.IntRange(min=1), help="Decoder plans: this many synthetic requests.")
 @click.option("--input-len", default="128", show_default=True, help="Synthetic prompt length: N or LOW:HIGH.")
@@ -364,12 +366,26 @@ def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, worklo
     if prompt is not None:
         if text is None:
             raise BadInput("--prompt needs the model's tokenizer and this plan carries none; use --workload with prompt_ids")
-        return [Request(prompt_ids=text.encode_prompt(prompt), params=dataclasses.replace(defaults, seed=seed))]
+        return [Request(prompt_ids=text.encode_prompt(prompt), params=dataclasses.replace(defaults, seed=seed),
+                        source="--prompt")]
     if workload is not None:
         return parse_trace(workload, defaults)
-    return synthetic(num_requests, parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len"),
-                     runner.spec.vocab_size, rate, seed, runner.spec.eos_token_ids,
-                     dataclasses.replace(defaults, ignore_eos=True))
+    requests = synthetic(num_requests, parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len"),
+                         runner.spec.vocab_size, rate, seed, runner.spec.eos_token_ids,
+                         dataclasses.replace(defaults, ignore_eos=True))
+    return [dataclasses.replace(r, source=f"--input-len {input_len} --output-len {output_len}: request {i}")
+            for i, r in enumerate(requests)]
+
+
+def _refuse_unservable(engine, requests: list) -> list:
+    """The requests, tokenized, once every one of them can be served: a workload with a request
+    that cannot is refused before anything runs (no partial results), naming the first one."""
+    requests = [engine.tokenized(r) for r in requests]
+    refusals = [problem for problem in map(engine.refusal, requests) if problem]
+    if refusals:
+        more = f" (and {len(refusals) - 1} more requests that cannot be served)" if len(refusals) > 1 else ""
+        raise BadInput(refusals[0] + more)
+    return requests
 
 
 def _run_decoder(plan, outputs_path, seed, as_json, op_profile, batching, max_num_seqs, itl_factor, **request_options):
@@ -392,6 +408,7 @@ def _run_decoder(plan, outputs_path, seed, as_json, op_profile, batching, max_nu
     is_streaming = request_options["prompt"] is not None and not as_json
     engine = Engine(runner, EngineConfig(scheduler, num_kv_blocks, seed=seed, itl_factor=itl_factor), text,
                     on_text=(lambda seq, piece: click.echo(piece, nl=False)) if is_streaming else None)
+    requests = _refuse_unservable(engine, requests)
     from .compiler.runtime.step_profile import format_profile, profile_report, timing_steps
 
     executor = getattr(runner, "executor", None)

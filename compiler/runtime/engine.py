@@ -68,14 +68,12 @@ class Engine:
 
     def add_request(self, request: Request, arrival_s: float | None = None) -> Sequence:
         """Queue a request; a request that cannot be served comes back finished, with its error."""
-        prompt_ids = request.prompt_ids
-        if prompt_ids is None and request.prompt is not None and self.text is not None:
-            prompt_ids = self.text.encode(request.prompt)
+        prompt_ids = self._prompt_ids(request)
         index = len(self.sequences)
         seq = Sequence(index, list(prompt_ids or []), request.params, make_generator(request.params, self.config.seed, index),
                        self.clock() if arrival_s is None else arrival_s)
         self.sequences.append(seq)
-        problem = request.error or request_problem(request, prompt_ids, self.spec, self.blocks.num_blocks)
+        problem = self._problem(request, prompt_ids)
         if problem:
             seq.error, seq.status, seq.finish_reason, seq.finished_s = problem, Status.FINISHED, "error", seq.arrival_s
             return seq
@@ -86,6 +84,26 @@ class Engine:
             self.detokenizers[seq] = StreamDetokenizer(self.text, seq.prompt_ids, seq.params.stop)
         self.scheduler.add(seq)
         return seq
+
+    def _prompt_ids(self, request: Request) -> list[int] | None:
+        if request.prompt_ids is None and request.prompt is not None and self.text is not None:
+            return self.text.encode(request.prompt)
+        return request.prompt_ids
+
+    def _problem(self, request: Request, prompt_ids: list[int] | None) -> str | None:
+        if request.error:
+            return request.error
+        problem = request_problem(request, prompt_ids, self.spec, self.blocks.num_blocks)
+        return f"{request.source}: {problem}" if problem and request.source else problem
+
+    def tokenized(self, request: Request) -> Request:
+        """The request with its text prompt encoded (what add_request would serve)."""
+        return dataclasses.replace(request, prompt_ids=self._prompt_ids(request))
+
+    def refusal(self, request: Request) -> str | None:
+        """Why add_request would refuse this request, naming its source (None: it would serve it),
+        so a caller can reject a whole workload before serving any of it."""
+        return self._problem(request, self._prompt_ids(request))
 
     def cancel(self, seq: Sequence) -> None:
         if not seq.is_finished:

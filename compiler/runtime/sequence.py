@@ -15,13 +15,15 @@ from .sampler import SamplingParams
 @dataclass
 class Request:
     """What a user asks for: a text prompt or token ids, sampling parameters, and when it arrives
-    (seconds after the run starts). A request that could not even be parsed carries its error."""
+    (seconds after the run starts). A request that could not even be parsed carries its error;
+    `source` says where it came from (a trace's file:line), so a refusal can point there."""
 
     prompt: str | None = None
     prompt_ids: list[int] | None = None
     params: SamplingParams = SamplingParams()
     arrival_s: float = 0.0
     error: str | None = None
+    source: str | None = None
 
 
 def request_problem(request: Request, prompt_ids: list[int] | None, spec: ModelSpec, num_kv_blocks: int) -> str | None:

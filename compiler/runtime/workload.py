@@ -2,7 +2,8 @@
 
 A trace line is {"prompt": TEXT} or {"prompt_ids": [...]}, with optional max_tokens, arrival_s,
 ignore_eos, temperature, top_k, top_p, seed and stop. A line that cannot be used becomes a request
-carrying its error, so the rest of the trace still runs."""
+carrying its error; every request carries its source (file:line). The engine serves the others, but
+`infc run` refuses a whole trace with any request it cannot serve before running any of it."""
 
 from __future__ import annotations
 
@@ -39,19 +40,20 @@ def parse_line(line: str, defaults: SamplingParams, where: str) -> Request:
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
-        return Request(error=f"{where}: not JSON ({exc.msg})")
+        return Request(error=f"{where}: not JSON ({exc.msg})", source=where)
     if not isinstance(data, dict):
-        return Request(error=f"{where}: a trace line is a JSON object")
+        return Request(error=f"{where}: a trace line is a JSON object", source=where)
     problem = _line_problem(data)
     if problem:
-        return Request(error=f"{where}: {problem}")
+        return Request(error=f"{where}: {problem}", source=where)
     changes = {k: data[k] for k in PARAM_KEYS if k in data}
     if isinstance(changes.get("stop"), str):
         changes["stop"] = [changes["stop"]]
     if "stop" in changes:
         changes["stop"] = tuple(changes["stop"])
     return Request(prompt=data.get("prompt"), prompt_ids=data.get("prompt_ids"),
-                   params=dataclasses.replace(defaults, **changes), arrival_s=float(data.get("arrival_s", 0.0)))
+                   params=dataclasses.replace(defaults, **changes), arrival_s=float(data.get("arrival_s", 0.0)),
+                   source=where)
 
 
 def _is_int(value) -> bool:

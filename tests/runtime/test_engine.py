@@ -256,16 +256,46 @@ def test_cli_op_profile_needs_an_infc_executor(decoder_cli):
     assert result.exit_code == 2 and "--op-profile times the steps of infc's executors" in result.stderr
 
 
-def test_cli_failed_requests_give_exit_code_2_and_one_error_line(decoder_cli, tmp_path):
+def test_cli_refuses_a_trace_with_an_unservable_request_before_serving(decoder_cli, tmp_path):
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"prompt_ids": [1, 2, 3], "max_tokens": 3}\n{"prompt_ids": []}\nnot json\n')
     out = tmp_path / "out.jsonl"
     result = decoder_cli("--workload", trace, "--json", "--outputs", out)
+    assert result.exit_code == 2 and result.stdout == ""  # no report of a run that did not happen
+    assert result.stderr.strip().splitlines() == [
+        f"error: {trace}:2: empty prompt (and 1 more requests that cannot be served)"]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("options, fragment", [
+    (["--num-requests", 2, "--input-len", 600], "--input-len 600 --output-len 128: request 0: prompt of 600 tokens "
+                                                "leaves no room in the context of 512 (and 1 more"),
+    (["--workload", "{trace}"], "{trace}:2: token id 999 is outside the vocabulary"),
+    (["--workload", "{trace}", "--max-tokens", 0], "Invalid value for '--max-tokens': 0 is not in the range x>=1"),
+    (["--workload", "{trace}", "--temperature", -1], "Invalid value for '--temperature'"),
+])
+def test_cli_unservable_requests_are_one_error_line_and_no_outputs(decoder_cli, tmp_path, options, fragment):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"prompt_ids": [1, 2]}\n{"prompt_ids": [1, 999]}\n')
+    out = tmp_path / "out.jsonl"
+    result = decoder_cli(*[str(o).format(trace=trace) for o in options], "--outputs", out)
+    assert result.exit_code == 2 and result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and fragment.format(trace=trace) in line
+    assert not out.exists()
+
+
+def test_cli_a_request_that_never_fits_the_pool_is_refused(decoder_cli, monkeypatch, tmp_path):
+    monkeypatch.setattr(cli, "_load_decoder_runner", lambda path: _with_profile(FakeRunner(SPEC), num_kv_blocks=4))
+    result = decoder_cli("--num-requests", 1, "--input-len", 20, "--output-len", 20)  # 40 tokens: 5 blocks of 8
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
-        "error: 2 of 3 requests failed (request 1: empty prompt)"]
-    records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert "error" not in records[0] and records[2]["error"].endswith("trace.jsonl:3: not JSON (Expecting value)")
+        "error: --input-len 20 --output-len 20: request 0: needs 5 KV blocks at full length, the pool has 4"]
+
+
+def _with_profile(runner, **decode_profile):
+    runner.decode_profile = decode_profile
+    return runner
 
 
 def test_cli_needs_exactly_one_request_source(decoder_cli):

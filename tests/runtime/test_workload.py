@@ -1,4 +1,4 @@
-"""Workloads: JSONL traces (malformed lines become per-request errors) and synthetic Poisson ones."""
+"""Workloads: JSONL traces (malformed lines become per-request errors naming their line) and synthetic Poisson ones."""
 
 import json
 import math
@@ -26,6 +26,7 @@ def test_good_lines(tmp_path):
     first, second = parse_trace(path, SamplingParams(max_tokens=32))
     assert first.prompt == "hello" and first.params.max_tokens == 8 and first.arrival_s == 0.5 and first.error is None
     assert second.prompt_ids == [1, 2, 3] and second.params.max_tokens == 32
+    assert (first.source, second.source) == (f"{path}:1", f"{path}:3")  # a refusal names the line
     assert second.params == SamplingParams(max_tokens=32, temperature=0.7, top_k=5, top_p=0.9, seed=3, ignore_eos=True, stop=("\n",))
 
 
@@ -47,7 +48,7 @@ def test_malformed_lines_become_errors_and_the_others_survive(tmp_path, line, fr
     path = write_trace(tmp_path, [{"prompt": "fine"}, line])
     good, bad = parse_trace(path)
     assert good.error is None
-    assert bad.error.startswith(f"{path}:2: ") and fragment in bad.error
+    assert bad.error.startswith(f"{path}:2: ") and fragment in bad.error and bad.source == f"{path}:2"
 
 
 def test_unreadable_or_empty_trace(tmp_path):
