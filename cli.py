@@ -288,7 +288,7 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
     given = [f"--{k.replace('_', '-')}" for k in ("prompt", "max_tokens", "workload", "num_requests", "max_num_seqs",
                                                   "itl_factor")
              if decode_options[k] is not None]
-    if given and kind is not None:  # not a plan at all: the session's reader says what is wrong
+    if given:
         raise BadInput(f"{plan}: {given[0]} needs a decoder plan (this one is kind '{kind}')")
 
     from .compiler.runtime.feeds_io import load_feeds, random_plan_feeds, save_outputs
@@ -336,8 +336,8 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
 
 
 def _plan_kind(path: str) -> str | None:
-    if not _is_plan(path):
-        return None  # the plan reader says what is wrong with it
+    """The plan's kind; a missing file or one that is not a plan is refused here, as the plan
+    reader words it (before options that need some kind of plan are judged)."""
     from .compiler.plan.format import read_plan
 
     return read_plan(path, verify=False).meta.get("kind")

@@ -318,3 +318,15 @@ def test_cli_decoder_options_on_a_missing_plan_name_the_file(tmp_path):
 
 def test_spec_is_what_the_runner_reports():
     assert isinstance(FakeRunner(SPEC).spec, ModelSpec)
+
+
+@pytest.mark.parametrize("content, fragment", [(None, "no such plan file"), (b"", "not an infc plan (bad magic)"),
+                                               (b"\x08\x07onnx bytes", "not an infc plan (bad magic)")])
+def test_cli_decoder_options_on_a_file_that_is_no_plan(tmp_path, content, fragment):
+    plan = tmp_path / "model.plan"
+    if content is not None:
+        plan.write_bytes(content)
+    for options in (["--prompt", "hi"], ["--num-requests", "2"], []):
+        result = CliRunner().invoke(cli.main, ["run", str(plan), *options])
+        assert result.exit_code == 2
+        assert result.stderr.strip().splitlines() == [f"error: {plan}: {fragment}"]  # not "needs a decoder plan"
