@@ -454,7 +454,8 @@ def _print_decode_summary(s: dict) -> None:
     def ms(key):
         return f"p50 {s[key]['p50'] or 0:.1f} / p99 {s[key]['p99'] or 0:.1f} ms"
     click.echo(f"{s['requests']} requests, {s['output_tokens']} output tokens in {s['duration_s']:.2f} s: "
-               f"{s['output_tok_s']:.1f} tok/s ({s['batching']} batching, up to {s['max_num_seqs']} sequences)")
+               f"{s['output_tok_s']:.1f} tok/s, {s['requests_per_s']:.2f} requests/s ({s['batching']} batching, "
+               f"up to {s['max_num_seqs']} sequences)")
     click.echo(f"TTFT {ms('ttft_ms')}; TPOT {ms('tpot_ms')}; ITL {ms('itl_ms')}; end to end {ms('e2e_ms')}")
     click.echo(f"preemptions {s['preemptions']}, KV waste {s['kv_waste_pct']:.1f}% of {s['num_kv_blocks']} blocks, "
                f"prefix hits {s['prefix_hit_pct']:.1f}%, time outside the model {s['outside_model_pct']:.1f}%")

@@ -30,9 +30,10 @@ class StepStats:
 def percentiles_ms(values_s) -> dict:
     values = np.asarray(list(values_s), dtype=np.float64) * 1e3
     if values.size == 0:
-        return {"p50": None, "p90": None, "p99": None, "mean": None}
+        return {"p50": None, "p90": None, "p99": None, "mean": None, "std": None}
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean())}
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(values.mean()),
+            "std": float(values.std())}
 
 
 def phase_times_s(seq: Sequence) -> dict:
@@ -61,13 +62,19 @@ def summarize(seqs: list[Sequence], stats: StepStats, duration_s: float, num_pre
     e2e = [s.finished_s - s.arrival_s for s in served if s.finished_s is not None]
     phases = {name: percentiles_ms(p[name] for p in map(phase_times_s, served) if p[name] is not None)
               for name in ("queue", "prefill", "decode", "detokenize")}
+    num_prompt = sum(len(s.prompt_ids) for s in served)
     def pct(part, whole):
         return 100.0 * part / whole if whole else 0.0
+    def per_s(count):
+        return count / duration_s if duration_s > 0 else 0.0
+    # besides infc's own keys, what vLLM's benchmark_serving reports (completed, request and total
+    # token throughput, std of each latency), named in infc's style
     return {
-        "requests": len(seqs), "failed_requests": len(seqs) - len(served), "output_tokens": num_output,
-        "prompt_tokens": sum(len(s.prompt_ids) for s in served),
+        "requests": len(seqs), "failed_requests": len(seqs) - len(served), "completed_requests": len(served),
+        "output_tokens": num_output, "prompt_tokens": num_prompt,
         "prefill_tokens": sum(s.num_prefill_tokens for s in served),
-        "duration_s": duration_s, "output_tok_s": num_output / duration_s if duration_s > 0 else 0.0,
+        "duration_s": duration_s, "output_tok_s": per_s(num_output), "total_tok_s": per_s(num_prompt + num_output),
+        "requests_per_s": per_s(len(served)),
         "ttft_ms": percentiles_ms(ttft), "tpot_ms": percentiles_ms(tpot), "itl_ms": percentiles_ms(itl),
         "e2e_ms": percentiles_ms(e2e), "phase_ms": phases,
         "preemptions": num_preemptions, "prefix_hit_pct": prefix_hit_pct,

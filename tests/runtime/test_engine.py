@@ -232,6 +232,26 @@ def test_cli_synthetic_workload_json(decoder_cli, tmp_path):
     assert [len(r["output_ids"]) for r in records] == [5] * 6
 
 
+def test_cli_json_report_has_vllm_benchmark_keys_consistent_with_the_outputs(decoder_cli, tmp_path):
+    out = tmp_path / "out.jsonl"
+    result = decoder_cli("--num-requests", 7, "--input-len", "4:30", "--output-len", "1:9", "--json", "--outputs", out)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["completed_requests"] == len(records) == 7 and summary["failed_requests"] == 0
+    assert summary["output_tokens"] == sum(len(r["output_ids"]) for r in records)
+    assert summary["prompt_tokens"] == sum(r["prompt_tokens"] for r in records)
+    duration = summary["duration_s"]
+    assert summary["requests_per_s"] == pytest.approx(7 / duration)
+    assert summary["output_tok_s"] == pytest.approx(summary["output_tokens"] / duration)
+    assert summary["total_tok_s"] == pytest.approx((summary["output_tokens"] + summary["prompt_tokens"]) / duration)
+    for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        stats = summary[key]
+        assert set(stats) == {"mean", "std", "p50", "p90", "p99"} and stats["std"] >= 0
+        assert stats["p50"] <= stats["p99"]
+    assert summary["ttft_ms"]["p99"] <= summary["e2e_ms"]["p99"]
+
+
 def test_cli_static_continuous_and_decode_priority_agree(decoder_cli, tmp_path):
     outputs = {}
     for name, options in (("static", ["--batching", "static"]), ("continuous", []), ("itl", ["--itl-factor", 1.2])):
