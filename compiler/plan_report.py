@@ -55,7 +55,60 @@ def _decoder_summary(meta: dict) -> dict | None:
     return {**{k: decoder.get(k) for k in DECODER_FIELDS}, "chat_template": bool(decoder.get("chat_template")),
             "batch_invariant_gemms": gemms, "float64_gemms": legacy, "gemms_reading_codes": coded,
             "gemm_invariance": GEMM_INVARIANCE if gemms else "float64 (a plan built before float32 GEMMs)",
-            "attention": _attention_options(meta["program"])}
+            "attention": _attention_options(meta["program"]),
+            "decode": dict((meta.get("profile") or {}).get("decode") or {}),  # the profile's decode: section
+            "kv_cache": _kv_cache(decoder, (meta.get("profile") or {}).get("decode") or {}),
+            "attention_kind": _attention_kind(decoder["num_heads"], decoder["num_kv_heads"]),
+            "architecture": _architecture(meta["program"])}
+
+
+def _kv_cache(decoder: dict, decode: dict) -> dict:
+    """The paged KV cache `infc run` allocates for this plan (runtime/model_runner.py; a pool of
+    `auto` blocks is sized at run time from max_num_seqs and the free memory, engine.pool_size)."""
+    import numpy as np
+
+    from .runtime.decode_api import KV_DTYPE, ModelSpec, kv_bytes_per_block
+
+    fields = {k: decoder[k] for k in ("num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_size",
+                                      "max_model_len", "block_size")}
+    per_block = kv_bytes_per_block(ModelSpec(**fields, eos_token_ids=()))
+    num_blocks = decode.get("num_kv_blocks")
+    is_fixed = isinstance(num_blocks, int) and not isinstance(num_blocks, bool)
+    block_size = fields["block_size"]
+    return {"layout": f"paged: per layer, a key and a value pool of [blocks, {fields['num_kv_heads']} KV heads, "
+                      f"{block_size} tokens, {fields['head_dim']}] {np.dtype(KV_DTYPE).name}, read through each "
+                      "sequence's block table",
+            "dtype": np.dtype(KV_DTYPE).name, "num_blocks": num_blocks if is_fixed else "auto",
+            "bytes_per_block": per_block, "bytes_per_token": per_block // block_size,
+            "pool_tokens": num_blocks * block_size if is_fixed else None,
+            "pool_bytes": num_blocks * per_block if is_fixed else None,
+            "bytes_per_full_context": per_block * -(-fields["max_model_len"] // block_size)}
+
+
+def _attention_kind(num_heads: int, num_kv_heads: int) -> str:
+    if num_kv_heads == num_heads:
+        return f"multi-head ({num_heads} heads)"
+    if num_kv_heads == 1:
+        return f"multi-query ({num_heads} query heads share one KV head)"
+    return f"grouped-query ({num_heads} query heads over {num_kv_heads} KV heads, {num_heads // num_kv_heads} each)"
+
+
+# What the build recognized, read off the fused ops the plan runs (first match wins)
+ARCHITECTURE_TRAITS = (
+    ("positions", (("RotaryEmbedding", "rotary"),)),
+    ("norm", (("SimplifiedLayerNormalization", "RMSNorm"), ("SkipSimplifiedLayerNormalization", "RMSNorm"),
+              ("LayerNormalization", "LayerNorm"), ("SkipLayerNormalization", "LayerNorm"))),
+    ("mlp", (("GatedActivation", "gated"),)),
+)
+
+
+def _architecture(program: list[dict]) -> dict:
+    ops = {s["op"] for s in program}
+    traits = {name: next((label for op, label in rules if op in ops), None) for name, rules in ARCHITECTURE_TRAITS}
+    alibi = any((s.get("attrs") or {}).get("alibi_slopes") for s in program if s["op"] == "PagedAttention")
+    traits["positions"] = traits["positions"] or ("ALiBi" if alibi else "absolute (no rotary or ALiBi)")
+    traits["mlp"] = traits["mlp"] or "plain"
+    return traits
 
 
 def _attention_options(program: list[dict]) -> dict:
@@ -135,6 +188,19 @@ def print_plan_report(report: dict, console: Console) -> None:
                      "ALiBi position bias, slopes " + ", ".join(f"{x:.3g}" for x in attention["alibi_slopes"])
                      if "alibi_slopes" in attention else ""]
             console.print("  paged attention: " + "; ".join(p for p in parts if p))
+        decode, kv = decoder.get("decode") or {}, decoder.get("kv_cache") or {}
+        if kv:
+            pool = (f"{kv['num_blocks']} blocks ({kv['pool_tokens']} tokens, {kv['pool_bytes'] / 1e6:.1f} MB)"
+                    if kv["pool_bytes"] is not None else "auto blocks (sized at run time within the free memory)")
+            console.print(f"  decode: up to {decode.get('max_num_seqs', '?')} sequences and "
+                          f"{decode.get('max_num_batched_tokens', '?')} tokens a step; KV pool {pool}, "
+                          f"{kv['bytes_per_block'] / 1e3:.1f} KB a block, {kv['bytes_per_token'] / 1e3:.1f} KB a token, "
+                          f"{kv['bytes_per_full_context'] / 1e6:.1f} MB a full context")
+            console.print(f"  KV cache: {kv['layout']}; {decoder['attention_kind']} attention")
+        if decoder.get("architecture"):
+            arch = decoder["architecture"]
+            console.print(f"  recognized: decoder-only transformer; positions: {arch['positions']}; "
+                          f"norm: {arch['norm'] or 'none'}; MLP: {arch['mlp']}")
         if decoder.get("gemms_reading_codes"):
             console.print(f"  {decoder['gemms_reading_codes']} of them read 8-bit weight codes for decode rows "
                           "(the same sums as on the dequantized weights)")

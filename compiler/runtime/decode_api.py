@@ -37,6 +37,14 @@ class ModelSpec:
     block_size: int = 16
 
 
+KV_DTYPE = np.float32  # the block pools' element type (runtime/model_runner.py)
+
+
+def kv_bytes_per_block(spec: ModelSpec) -> int:
+    """A block's K and V over every layer: what one block of the pool costs."""
+    return 2 * spec.num_layers * spec.num_kv_heads * spec.block_size * spec.head_dim * np.dtype(KV_DTYPE).itemsize
+
+
 class ModelRunner(Protocol):
     spec: ModelSpec
 

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import BadInput
 from ..plan.format import read_plan
 from ..target import check_target
-from .decode_api import ModelSpec, SeqChunk
+from .decode_api import KV_DTYPE, ModelSpec, SeqChunk, kv_bytes_per_block
 from .executor import Executor
 from .invariant_gemm import CHAIN_ROWS
 from .session import _weights
@@ -39,13 +39,12 @@ class PagedModelRunner:
         self._pools: dict[str, np.ndarray] = {}
 
     def kv_bytes_per_block(self) -> int:
-        s = self.spec
-        return 2 * s.num_layers * s.num_kv_heads * s.block_size * s.head_dim * np.dtype(np.float32).itemsize
+        return kv_bytes_per_block(self.spec)
 
     def allocate_kv(self, num_blocks: int) -> None:
         s = self.spec
         shape = (int(num_blocks), s.num_kv_heads, s.block_size, s.head_dim)
-        self._pools = {f"infc.kv.{layer}.{which}": np.zeros(shape, np.float32)
+        self._pools = {f"infc.kv.{layer}.{which}": np.zeros(shape, KV_DTYPE)
                        for layer in range(s.num_layers) for which in ("key", "value")}
 
     def warm_up(self) -> None:
