@@ -283,13 +283,9 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
     if outputs_path:
         _check_writable_output(outputs_path)
     kind = _plan_kind(plan)
+    _check_run_options(plan, kind, _given_options())
     if kind == "decoder":
         return _run_decoder(plan, outputs_path, seed, as_json, op_profile, **decode_options)
-    given = [f"--{k.replace('_', '-')}" for k in ("prompt", "max_tokens", "workload", "num_requests", "max_num_seqs",
-                                                  "itl_factor")
-             if decode_options[k] is not None]
-    if given:
-        raise BadInput(f"{plan}: {given[0]} needs a decoder plan (this one is kind '{kind}')")
 
     from .compiler.runtime.feeds_io import load_feeds, random_plan_feeds, save_outputs
     from .compiler.runtime.session import PlanSession
@@ -335,6 +331,49 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
             click.echo(line)
 
 
+# Options of `infc run` that one kind of plan, or one source of requests, uses: given anywhere else
+# they would be silently ignored (a benchmark without the arrivals its user asked for), so they
+# are refused.
+ONE_SHOT_OPTIONS = ("inputs_path", "iterations")
+DECODER_OPTIONS = ("prompt", "max_tokens", "temperature", "workload", "num_requests", "input_len", "output_len", "rate",
+                   "batching", "max_num_seqs", "itl_factor")
+REQUEST_SOURCES = ("prompt", "workload", "num_requests")
+SOURCE_OPTIONS = {"max_tokens": ("prompt", "workload"), "input_len": ("num_requests",),
+                  "output_len": ("num_requests",), "rate": ("num_requests",)}
+SOURCE_OPTION_HINTS = {("max_tokens", "num_requests"): " (synthetic output lengths come from --output-len)",
+                       ("rate", "workload"): " (a trace gives each request's arrival_s)"}
+
+
+def _given_options() -> dict[str, str]:
+    """The options given on the command line: parameter name -> flag."""
+    ctx = click.get_current_context()
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    return {name: flags[name] for name in ctx.params
+            if ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT,
+                                                      click.core.ParameterSource.DEFAULT_MAP)}
+
+
+def _check_run_options(plan: str, kind: str | None, given: dict[str, str]) -> None:
+    if kind != "decoder":
+        misplaced = [flag for name, flag in given.items() if name in DECODER_OPTIONS]
+        if misplaced:
+            raise BadInput(f"{plan}: {misplaced[0]} needs a decoder plan (this one is kind '{kind}')")
+        return
+    misplaced = [flag for name, flag in given.items() if name in ONE_SHOT_OPTIONS]
+    if misplaced:
+        raise BadInput(f"{plan}: {misplaced[0]} is for one-shot plans; a decoder plan serves requests "
+                       "(--prompt, --workload or --num-requests)")
+    sources = [name for name in REQUEST_SOURCES if name in given]
+    if len(sources) != 1:
+        raise BadInput("a decoder plan takes exactly one of --prompt, --workload and --num-requests"
+                       + (f" (got {', '.join(given[name] for name in sources)})" if sources else ""))
+    for name, flag in given.items():
+        if sources[0] not in SOURCE_OPTIONS.get(name, sources):
+            allowed = " and ".join(f"--{n.replace('_', '-')}" for n in SOURCE_OPTIONS[name])
+            raise BadInput(f"{flag} applies to {allowed}, not --{sources[0].replace('_', '-')}"
+                           + SOURCE_OPTION_HINTS.get((name, sources[0]), ""))
+
+
 def _plan_kind(path: str) -> str | None:
     """The plan's kind; a missing file or one that is not a plan is refused here, as the plan
     reader words it (before options that need some kind of plan are judged)."""
@@ -357,11 +396,6 @@ def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, worklo
     from .compiler.runtime.sequence import Request
     from .compiler.runtime.workload import parse_length, parse_trace, synthetic
 
-    sources = [name for name, value in (("--prompt", prompt), ("--workload", workload), ("--num-requests", num_requests))
-               if value is not None]
-    if len(sources) != 1:
-        raise BadInput("a decoder plan takes exactly one of --prompt, --workload and --num-requests"
-                       + (f" (got {', '.join(sources)})" if sources else ""))
     defaults = SamplingParams(max_tokens=128 if max_tokens is None else max_tokens, temperature=temperature)
     if prompt is not None:
         if text is None:

@@ -323,12 +323,34 @@ def test_cli_needs_exactly_one_request_source(decoder_cli):
     assert result.exit_code == 2 and "exactly one of --prompt, --workload and --num-requests" in result.stderr
 
 
+@pytest.mark.parametrize("options, message", [
+    (["--workload", "{trace}", "--rate", 5], "--rate applies to --num-requests, not --workload (a trace gives each "
+                                             "request's arrival_s)"),
+    (["--prompt", "hi", "--input-len", 5], "--input-len applies to --num-requests, not --prompt"),
+    (["--num-requests", 2, "--max-tokens", 5], "--max-tokens applies to --prompt and --workload, not --num-requests "
+                                               "(synthetic output lengths come from --output-len)"),
+    (["--num-requests", 2, "--iterations", 3], "{plan}: --iterations is for one-shot plans; a decoder plan serves "
+                                               "requests (--prompt, --workload or --num-requests)"),
+    (["--input-len", 5], "a decoder plan takes exactly one of --prompt, --workload and --num-requests"),
+])
+def test_cli_refuses_options_its_request_source_would_ignore(decoder_cli, tmp_path, options, message):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"prompt_ids": [1, 2]}\n')
+    plan = tmp_path / "fake.plan"
+    result = decoder_cli(*[str(o).format(trace=trace) for o in options])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == ["error: " + message.format(plan=plan)]
+
+
 def test_cli_decoder_options_on_a_one_shot_plan(monkeypatch, tmp_path):
     plan = tmp_path / "p.plan"
     plan.write_bytes(b"INFCPLAN")
     monkeypatch.setattr(cli, "_plan_kind", lambda path: "one_shot")
     result = CliRunner().invoke(cli.main, ["run", str(plan), "--prompt", "hi"])
     assert result.exit_code == 2 and "--prompt needs a decoder plan" in result.stderr
+    for option, value in (("--rate", "3"), ("--batching", "static"), ("--temperature", "0.5")):  # no longer ignored
+        result = CliRunner().invoke(cli.main, ["run", str(plan), option, value])
+        assert result.exit_code == 2 and f"{option} needs a decoder plan" in result.stderr
 
 
 def test_cli_decoder_options_on_a_missing_plan_name_the_file(tmp_path):
