@@ -254,7 +254,8 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
 @click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False),
               help="Write outputs to this .npz (a decoder plan: one JSON line per request).")
 @click.option("--iterations", default=10, show_default=True, type=click.IntRange(min=1))
-@click.option("--seed", default=0, show_default=True, help="Seed of random inputs, or of sampling (decoder plans).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),  # NumPy's seeds are >= 0
+              help="Seed of random inputs, or of sampling (decoder plans).")
 @click.option("--json", "as_json", is_flag=True, help="Print latency statistics as JSON.")
 @click.option("--op-profile", is_flag=True,
               help="Time each step: one-shot plans in as many more runs after the timed ones, decoder plans over "

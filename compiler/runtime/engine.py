@@ -70,10 +70,11 @@ class Engine:
         """Queue a request; a request that cannot be served comes back finished, with its error."""
         prompt_ids = self._prompt_ids(request)
         index = len(self.sequences)
-        seq = Sequence(index, list(prompt_ids or []), request.params, make_generator(request.params, self.config.seed, index),
+        problem = self._problem(request, prompt_ids)  # before the generator: a bad seed is one of them
+        seq = Sequence(index, list(prompt_ids or []), request.params,
+                       None if problem else make_generator(request.params, self.config.seed, index),
                        self.clock() if arrival_s is None else arrival_s)
         self.sequences.append(seq)
-        problem = self._problem(request, prompt_ids)
         if problem:
             seq.error, seq.status, seq.finish_reason, seq.finished_s = problem, Status.FINISHED, "error", seq.arrival_s
             return seq

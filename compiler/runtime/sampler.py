@@ -28,6 +28,8 @@ class SamplingParams:
             return f"top_k must be an integer >= 0, got {self.top_k!r}"
         if not 0 < self.top_p <= 1:
             return f"top_p must be in (0, 1], got {self.top_p!r}"
+        if self.seed is not None and not (isinstance(self.seed, int) and self.seed >= 0):
+            return f"seed must be an integer >= 0, got {self.seed!r}"  # what NumPy's generators take
         return None
 
 

@@ -58,7 +58,7 @@ class Sequence:
     seq_id: int
     prompt_ids: list[int]
     params: SamplingParams
-    rng: np.random.Generator
+    rng: np.random.Generator | None  # None for a request refused at once
     arrival_s: float = 0.0
     output_ids: list[int] = field(default_factory=list)
     status: Status = Status.WAITING

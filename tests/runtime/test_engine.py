@@ -152,6 +152,7 @@ def test_bad_requests_fail_alone():
         "needs 19 KV blocks at full length, the pool has 16": Request(prompt_ids=[1] * 100, params=SamplingParams(max_tokens=50)),
         "trace.jsonl:3: not JSON": Request(error="trace.jsonl:3: not JSON"),
         "a text prompt needs the model's tokenizer": Request(prompt="hello"),
+        "seed must be an integer >= 0": Request(prompt_ids=[1], params=SamplingParams(temperature=0.5, seed=-1)),
     }
     runner = FakeRunner(SPEC, has_tokenizer=False)
     engine, seqs = serve([good, *bad.values(), good], num_kv_blocks=16, runner=runner)
@@ -293,15 +294,19 @@ def test_cli_refuses_a_trace_with_an_unservable_request_before_serving(decoder_c
     (["--workload", "{trace}"], "{trace}:2: token id 999 is outside the vocabulary"),
     (["--workload", "{trace}", "--max-tokens", 0], "Invalid value for '--max-tokens': 0 is not in the range x>=1"),
     (["--workload", "{trace}", "--temperature", -1], "Invalid value for '--temperature'"),
+    (["--workload", "{trace}", "--seed", -1], "Invalid value for '--seed'"),
+    (["--workload", "{seeded}"], "{seeded}:1: seed must be an integer >= 0, got -3"),
 ])
 def test_cli_unservable_requests_are_one_error_line_and_no_outputs(decoder_cli, tmp_path, options, fragment):
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"prompt_ids": [1, 2]}\n{"prompt_ids": [1, 999]}\n')
+    seeded = tmp_path / "seeded.jsonl"
+    seeded.write_text('{"prompt_ids": [1, 2], "temperature": 0.5, "seed": -3}\n')
     out = tmp_path / "out.jsonl"
-    result = decoder_cli(*[str(o).format(trace=trace) for o in options], "--outputs", out)
+    result = decoder_cli(*[str(o).format(trace=trace, seeded=seeded) for o in options], "--outputs", out)
     assert result.exit_code == 2 and result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("error: ") and fragment.format(trace=trace) in line
+    assert line.startswith("error: ") and fragment.format(trace=trace, seeded=seeded) in line
     assert not out.exists()
 
 

@@ -68,6 +68,7 @@ def test_row_count_must_match():
     (SamplingParams(temperature=-1.0), "temperature must be >= 0"),
     (SamplingParams(top_k=-2), "top_k must be an integer >= 0"),
     (SamplingParams(top_p=0.0), "top_p must be in (0, 1]"),
+    (SamplingParams(seed=-1), "seed must be an integer >= 0"),  # NumPy's generators refuse it with a ValueError
 ])
 def test_problems_are_named(params, fragment):
     assert fragment in params.problem()
