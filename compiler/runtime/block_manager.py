@@ -85,9 +85,13 @@ class BlockManager:
         seq.block_table = list(hits)
         seq.num_cached_blocks = len(hits)
         seq.num_computed = len(hits) * self.block_size
-        seq.num_prefix_hit_tokens += seq.num_computed
-        self.num_hit_tokens += seq.num_computed
-        self.num_query_tokens += seq.num_tokens
+        # The hit rate is the share of prompt tokens found in the cache, counted at a sequence's
+        # first admission: a preempted one finds its own blocks again (with its output tokens),
+        # which saves recompute (prefill_tokens shows it) but must not read as prefix sharing.
+        if seq.num_preemptions == 0:
+            seq.num_prefix_hit_tokens = seq.num_computed
+            self.num_hit_tokens += seq.num_computed
+            self.num_query_tokens += seq.num_tokens
         self.append_slot(seq, num_new)
 
     def can_append(self, seq: Sequence, num_new: int = 1) -> bool:

@@ -69,6 +69,20 @@ def test_prefix_hit_shares_blocks_copy_free():
     assert blocks.prefix_hit_pct == pytest.approx(100 * 8 / 21)
 
 
+def test_a_preempted_sequence_finding_its_own_blocks_is_no_prefix_hit():
+    blocks = BlockManager(16, 4)
+    seq = make_seq(range(10))
+    admit_and_compute(blocks, seq)
+    seq.output_ids += [50, 51, 52]
+    seq.num_computed += 2
+    blocks.append_slot(seq, 2)
+    blocks.cache_full_blocks(seq)  # 12 computed: 3 full blocks cached
+    blocks.free(seq)  # preempted, as Scheduler.preempt does
+    seq.num_computed, seq.num_preemptions = 0, 1
+    assert len(admit_and_compute(blocks, seq)) == 3  # the recompute finds its blocks...
+    assert seq.num_prefix_hit_tokens == 0 and blocks.prefix_hit_pct == 0  # ...but its prompt shared nothing
+
+
 def test_the_block_holding_the_last_prompt_token_is_never_shared():
     blocks = BlockManager(16, 4)
     admit_and_compute(blocks, make_seq(range(8), 0))
