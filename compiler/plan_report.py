@@ -164,6 +164,13 @@ def _tuning_table(tuning: list[dict]) -> Table:
     return table
 
 
+def _size(num_bytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes} bytes"
+
+
 def print_plan_report(report: dict, console: Console) -> None:
     target = report["target"] or {}
     console.print(f"plan {report['plan']} (infc {report['infc_version']}, {report['kind']}) for "
@@ -190,12 +197,12 @@ def print_plan_report(report: dict, console: Console) -> None:
             console.print("  paged attention: " + "; ".join(p for p in parts if p))
         decode, kv = decoder.get("decode") or {}, decoder.get("kv_cache") or {}
         if kv:
-            pool = (f"{kv['num_blocks']} blocks ({kv['pool_tokens']} tokens, {kv['pool_bytes'] / 1e6:.1f} MB)"
+            pool = (f"{kv['num_blocks']} blocks ({kv['pool_tokens']} tokens, {_size(kv['pool_bytes'])})"
                     if kv["pool_bytes"] is not None else "auto blocks (sized at run time within the free memory)")
             console.print(f"  decode: up to {decode.get('max_num_seqs', '?')} sequences and "
                           f"{decode.get('max_num_batched_tokens', '?')} tokens a step; KV pool {pool}, "
-                          f"{kv['bytes_per_block'] / 1e3:.1f} KB a block, {kv['bytes_per_token'] / 1e3:.1f} KB a token, "
-                          f"{kv['bytes_per_full_context'] / 1e6:.1f} MB a full context")
+                          f"{_size(kv['bytes_per_block'])} a block, {_size(kv['bytes_per_token'])} a token, "
+                          f"{_size(kv['bytes_per_full_context'])} a full context")
             console.print(f"  KV cache: {kv['layout']}; {decoder['attention_kind']} attention")
         if decoder.get("architecture"):
             arch = decoder["architecture"]

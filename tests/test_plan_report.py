@@ -43,7 +43,7 @@ def test_inspect_says_what_the_decode_section_and_the_kv_cache_hold(tmp_path):
     assert decoder["attention_kind"] == "grouped-query (8 query heads over 2 KV heads, 4 each)"
     assert decoder["architecture"] == {"positions": "rotary", "norm": "RMSNorm", "mlp": "gated"}
     text = _inspect(path)
-    assert "KV pool 64 blocks (1024 tokens, 0.5 MB), 8.2 KB a block" in " ".join(text.split())
+    assert "KV pool 64 blocks (1024 tokens, 524.3 KB), 8.2 KB a block, 512 bytes a token" in " ".join(text.split())
     assert "recognized: decoder-only transformer; positions: rotary; norm: RMSNorm; MLP: gated" in " ".join(text.split())
 
 
