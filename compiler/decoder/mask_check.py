@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..errors import BadInput
+from ..errors import BadInput, InfcError
 from ..lower import lower_graph
 from ..runtime.executor import Executor
 from ..runtime.kernels import has_kernel
@@ -63,7 +63,7 @@ def check_causal_masks(graph: gs.Graph, sites: list[Site], steps: list[tuple[int
         steps = sorted({(0, num_past + num_new) for num_past, num_new in steps})
     for num_past, num_new in steps:
         feeds = {t.name: probe_feed(t, num_past, num_new, past.get(t.name)) for t in sub.inputs}
-        outputs = executor.run(feeds)
+        outputs = _run_probe(executor, feeds, num_past, num_new, max(p + n for p, n in steps))
         for site in sites:
             bias = np.asarray(outputs[site.bias.name])
             site_slopes, bias = alibi_slopes(bias, num_past, num_new, site.num_heads)
@@ -75,6 +75,24 @@ def check_causal_masks(graph: gs.Graph, sites: list[Site], steps: list[tuple[int
             windows[id(site)].add((window, num_past + num_new))
             slopes[id(site)].append(site_slopes)
     return [MaskForm(_one_window(site, windows[id(site)]), _one_slopes(site, slopes[id(site)])) for site in sites]
+
+
+class PastModelPositions(BadInput):
+    """The profile's max_model_len reaches positions the model has no table rows for."""
+
+
+def _run_probe(executor: Executor, feeds: dict, num_past: int, num_new: int, max_model_len: int) -> dict:
+    """A probe reaches position max_model_len - 1: a model whose tables of positions are shorter
+    (learned position embeddings, a mask buffer) fails there with an index out of range, which is
+    the profile's max_model_len asking too much, not an internal error."""
+    try:
+        return executor.run(feeds)
+    except InfcError as exc:
+        if not isinstance(exc.__cause__, IndexError):
+            raise
+        raise PastModelPositions(f"decode.max_model_len {max_model_len} is past what the model supports: with "
+                       f"{num_past} past and {num_new} new tokens (positions up to {num_past + num_new - 1}), {exc}; "
+                       "lower max_model_len to the model's maximum positions") from None
 
 
 SLOPE_RTOL = 1e-5  # float32 products of a slope and a position, fitted back

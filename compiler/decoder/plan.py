@@ -39,7 +39,7 @@ from .float32_export import as_float32, half_kind
 from .genai_export import is_genai_export
 from .genai_export import unpack as unpack_genai
 from .model_folder import chat_template, eos_token_ids, tokenizer_json
-from .mask_check import check_causal_masks, probes
+from .mask_check import PastModelPositions, check_causal_masks, probes
 from .position_tables import read_tables_whole
 from .pipeline import DECODER_PIPELINE
 from .position_reductions import fold_position_reductions
@@ -130,7 +130,10 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     fold_position_reductions(graph, decoder["max_model_len"])
     read_tables_whole(graph)
     steps = probes(decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
-    forms = check_causal_masks(graph, sites, steps)
+    try:
+        forms = check_causal_masks(graph, sites, steps)
+    except PastModelPositions as exc:
+        raise BadInput(f"{profile.source}: {exc}") from None
     for site, form in zip(sites, forms):
         site.window, site.alibi_slopes = form.window, form.slopes
     windows = [form.window for form in forms]

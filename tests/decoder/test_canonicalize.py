@@ -93,6 +93,17 @@ def test_a_model_that_is_not_a_decoder_fails_the_build(tmp_path, model, message)
         _build(tmp_path, model, profile)
 
 
+def test_max_model_len_past_the_models_position_table_is_bad_input(tmp_path):
+    """GPT-2's learned positions have 256 rows: a profile asking for 300 positions was an internal
+    error (exit 1) from the Gather the build's probe at position 299 ran."""
+    profile = tmp_path / "long.yaml"
+    profile.write_text((PROFILES / "gpt2_decode.yaml").read_text().replace("max_model_len: 256", "max_model_len: 300"))
+    with pytest.raises(BadInput, match=rf"^{profile}: decode.max_model_len 300 is past what the model supports: "
+                                       r"with 295 past and 5 new tokens \(positions up to 299\), Gather .* index 29\d "
+                                       "is out of bounds for axis 0 with size 256"):
+        _build(tmp_path, "gpt2_ts.onnx", profile)
+
+
 def test_decode_profile_needs_max_model_len(tmp_path):
     profile = tmp_path / "p.yaml"
     profile.write_text("\n".join(line for line in (PROFILES / "llama_decode.yaml").read_text().splitlines()
