@@ -29,7 +29,7 @@ MAX_ARRIVAL_S = 1e9
 def parse_trace(path: str | Path, defaults: SamplingParams = SamplingParams()) -> list[Request]:
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a leading BOM (Windows editors) is no JSON
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: cannot read the trace ({exc.__class__.__name__})") from None
     requests = [parse_line(line, defaults, f"{path}:{number}")

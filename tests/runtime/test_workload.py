@@ -53,6 +53,13 @@ def test_malformed_lines_become_errors_and_the_others_survive(tmp_path, line, fr
     assert bad.error.startswith(f"{path}:2: ") and fragment in bad.error and bad.source == f"{path}:2"
 
 
+def test_a_trace_written_with_a_bom_and_crlf_lines(tmp_path):
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt_ids": [1, 2]}\r\n{"prompt": "caf\xc3\xa9"}\r\n')
+    first, second = parse_trace(path)
+    assert first.error is None and first.prompt_ids == [1, 2] and second.prompt == "caf\u00e9"
+
+
 def test_unreadable_or_empty_trace(tmp_path):
     with pytest.raises(BadInput, match="cannot read the trace"):
         parse_trace(tmp_path / "missing.jsonl")
