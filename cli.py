@@ -266,6 +266,10 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
               help="Decoder plans: most tokens to generate per request (default 128).")
 @click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0),
               help="Decoder plans: 0 is greedy.")
+@click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(min=0, max=1, min_open=True),
+              help="Decoder plans: sample from the smallest set of tokens whose probability reaches this.")
+@click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Decoder plans: sample from this many most likely tokens (0: all).")
 @click.option("--workload", type=click.Path(dir_okay=False), help="Decoder plans: a JSONL trace of requests.")
 @click.option("--num-requests", type=click.IntRange(min=1), help="Decoder plans: this many synthetic requests.")
 @click.option("--input-len", default="128", show_default=True, help="Synthetic prompt length: N or LOW:HIGH.")
@@ -336,7 +340,7 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
 # they would be silently ignored (a benchmark without the arrivals its user asked for), so they
 # are refused.
 ONE_SHOT_OPTIONS = ("inputs_path", "iterations")
-DECODER_OPTIONS = ("prompt", "max_tokens", "temperature", "workload", "num_requests", "input_len", "output_len", "rate",
+DECODER_OPTIONS = ("prompt", "max_tokens", "temperature", "top_p", "top_k", "workload", "num_requests", "input_len", "output_len", "rate",
                    "batching", "max_num_seqs", "itl_factor")
 REQUEST_SOURCES = ("prompt", "workload", "num_requests")
 SOURCE_OPTIONS = {"max_tokens": ("prompt", "workload"), "input_len": ("num_requests",),
@@ -389,15 +393,16 @@ def _load_decoder_runner(plan: str):
     return load_model_runner(plan)
 
 
-def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, workload, num_requests, input_len,
-                     output_len, rate):
+def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, top_p, top_k, workload, num_requests,
+                     input_len, output_len, rate):
     import dataclasses
 
     from .compiler.runtime.sampler import SamplingParams
     from .compiler.runtime.sequence import Request
     from .compiler.runtime.workload import parse_length, parse_trace, synthetic
 
-    defaults = SamplingParams(max_tokens=128 if max_tokens is None else max_tokens, temperature=temperature)
+    defaults = SamplingParams(max_tokens=128 if max_tokens is None else max_tokens, temperature=temperature,
+                              top_p=top_p, top_k=top_k)
     if prompt is not None:
         if text is None:
             raise BadInput("--prompt needs the model's tokenizer and this plan carries none; use --workload with prompt_ids")

@@ -272,6 +272,20 @@ def test_cli_prompt_streams_text(decoder_cli):
     assert re.fullmatch(r"\[\d+ prompt tokens, \d+ generated; TTFT \d+ ms(; TPOT [\d.]+ ms \([\d.]+ tok/s\))?\]", timings)
 
 
+def test_cli_top_k_and_top_p_reach_the_sampler(decoder_cli, tmp_path):
+    def output_ids(*options):
+        out = tmp_path / "out.jsonl"
+        result = decoder_cli("--num-requests", 3, "--input-len", 5, "--output-len", 12, "--outputs", out, *options)
+        assert result.exit_code == 0, result.output
+        return [json.loads(line)["output_ids"] for line in out.read_text().splitlines()]
+    greedy = output_ids()
+    assert output_ids("--temperature", 5, "--top-k", 1) == greedy  # one candidate left: the argmax
+    assert output_ids("--temperature", 5, "--top-p", 1e-9) == greedy  # the smallest set is the argmax alone
+    assert output_ids("--temperature", 5) != greedy
+    result = decoder_cli("--num-requests", 1, "--top-p", 0)
+    assert result.exit_code == 2 and "Invalid value for '--top-p'" in result.stderr
+
+
 def test_cli_op_profile_needs_an_infc_executor(decoder_cli):
     result = decoder_cli("--num-requests", 2, "--op-profile")  # the fake runner has none
     assert result.exit_code == 2 and "--op-profile times the steps of infc's executors" in result.stderr
