@@ -38,6 +38,14 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _reader_went_away() -> None:
+    """stdout's reader closed the pipe (`infc run PLAN --prompt ... | head`): stop quietly, as a
+    process killed by SIGPIPE would (exit 128 + 13), with stdout pointed at /dev/null so that the
+    interpreter's last flush does not fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(141)
+
+
 class InfcGroup(click.Group):
     """Turns every failure into one `error:` line and the documented exit code; no tracebacks."""
 
@@ -52,6 +60,8 @@ class InfcGroup(click.Group):
             _fail(exc.format_message(), 2)
         except click.Abort:
             _fail("aborted", 1)
+        except BrokenPipeError:
+            _reader_went_away()
         except MemoryError:
             _fail("out of memory", 1)
         except Exception as exc:  # noqa: BLE001 - the promise is one line, never a traceback

@@ -170,3 +170,17 @@ def test_optimize_fp16_repairs_the_overflow_fixture(tmp_path):
 def test_int8_without_calibration_data_is_bad_input(tmp_path):
     assert_bad_input(infc("optimize", FIXTURES / "cnn_ts.onnx", "-o", tmp_path / "o.onnx", "--precision", "int8"), "calib")
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_a_reader_that_closes_stdout_ends_the_run_quietly(tmp_path):
+    """`infc ... | head`: the write into the closed pipe was an internal error on stderr (exit 1)."""
+    src = tmp_path / "m.onnx"
+    onnx.save(_small_model(), src)
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before infc writes anything
+    try:
+        result = subprocess.run([sys.executable, "-m", "infc.cli", "inspect", str(src), "--json"], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141 and result.stderr == ""  # as if killed by SIGPIPE, and silent
