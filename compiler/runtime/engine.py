@@ -16,7 +16,7 @@ from .sampler import make_generator, sample_batch
 from .scheduler import Scheduler
 from .scheduler_config import SchedulerConfig
 from .step_cost import StepCostModel, attended_positions
-from .sequence import Request, Sequence, Status, request_problem
+from .sequence import MAX_ARRIVAL_S, Request, Sequence, Status, request_problem
 from .text import StreamDetokenizer, TextCodec
 
 KV_MEMORY_FRACTION = 0.4  # of the free memory, when the pool size is not given
@@ -179,8 +179,12 @@ class Engine:
     def run(self, requests: list[Request], on_step=None) -> list[Sequence]:
         """Serve requests arriving at their arrival_s (seconds after the start); results in request order."""
         start_s = self.clock()
-        pending = deque(sorted(range(len(requests)), key=lambda i: requests[i].arrival_s))
         seqs: dict[int, Sequence] = {}
+        # a request that can never arrive (request_problem) is refused now, not waited for
+        can_arrive = [r.arrival_s < MAX_ARRIVAL_S for r in requests]
+        for index in (i for i, ok in enumerate(can_arrive) if not ok):
+            seqs[index] = self.add_request(requests[index], start_s)
+        pending = deque(sorted((i for i, ok in enumerate(can_arrive) if ok), key=lambda i: requests[i].arrival_s))
         while pending or self.scheduler.has_work():
             now_s = self.clock()
             while pending and start_s + requests[pending[0]].arrival_s <= now_s:

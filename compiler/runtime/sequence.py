@@ -26,6 +26,11 @@ class Request:
     source: str | None = None
 
 
+# arrival_s counts seconds from the start of the run; one this late is a timestamp (Unix seconds are
+# about 1.7e9) or a rate near zero, which the engine would wait for (or fail to sleep, past time_t)
+MAX_ARRIVAL_S = 1e9
+
+
 def request_problem(request: Request, prompt_ids: list[int] | None, spec: ModelSpec, num_kv_blocks: int) -> str | None:
     """Why a request cannot be served (None when it can)."""
     if prompt_ids is None:
@@ -33,6 +38,9 @@ def request_problem(request: Request, prompt_ids: list[int] | None, spec: ModelS
     problem = request.params.problem()
     if problem:
         return problem
+    if not request.arrival_s < MAX_ARRIVAL_S:
+        return (f"arrival_s {request.arrival_s:g} is not seconds after the start of the run (a timestamp? it must be "
+                f"under {MAX_ARRIVAL_S:g})")
     if not prompt_ids:
         return "empty prompt"
     outside = [t for t in prompt_ids if not 0 <= t < spec.vocab_size]

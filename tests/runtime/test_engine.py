@@ -153,6 +153,8 @@ def test_bad_requests_fail_alone():
         "trace.jsonl:3: not JSON": Request(error="trace.jsonl:3: not JSON"),
         "a text prompt needs the model's tokenizer": Request(prompt="hello"),
         "seed must be an integer >= 0": Request(prompt_ids=[1], params=SamplingParams(temperature=0.5, seed=-1)),
+        "arrival_s 1.7e+09 is not seconds after the start of the run (a timestamp?": Request(prompt_ids=[1],
+                                                                                            arrival_s=1.7e9),
     }
     runner = FakeRunner(SPEC, has_tokenizer=False)
     engine, seqs = serve([good, *bad.values(), good], num_kv_blocks=16, runner=runner)
@@ -310,17 +312,23 @@ def test_cli_refuses_a_trace_with_an_unservable_request_before_serving(decoder_c
     (["--workload", "{trace}", "--temperature", -1], "Invalid value for '--temperature'"),
     (["--workload", "{trace}", "--seed", -1], "Invalid value for '--seed'"),
     (["--workload", "{seeded}"], "{seeded}:1: seed must be an integer >= 0, got -3"),
+    (["--workload", "{late}"], "{late}:1: arrival_s 1e+308 is not seconds after the start of the run"),
+    # was an OverflowError in time.sleep (exit 1)
+    (["--num-requests", 3, "--rate", 1e-300], "request 1: arrival_s "),
 ])
 def test_cli_unservable_requests_are_one_error_line_and_no_outputs(decoder_cli, tmp_path, options, fragment):
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"prompt_ids": [1, 2]}\n{"prompt_ids": [1, 999]}\n')
     seeded = tmp_path / "seeded.jsonl"
     seeded.write_text('{"prompt_ids": [1, 2], "temperature": 0.5, "seed": -3}\n')
+    late = tmp_path / "late.jsonl"
+    late.write_text('{"prompt_ids": [1, 2], "arrival_s": 1e308}\n')
     out = tmp_path / "out.jsonl"
-    result = decoder_cli(*[str(o).format(trace=trace, seeded=seeded) for o in options], "--outputs", out)
+    names = {"trace": trace, "seeded": seeded, "late": late}
+    result = decoder_cli(*[str(o).format(**names) for o in options], "--outputs", out)
     assert result.exit_code == 2 and result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("error: ") and fragment.format(trace=trace, seeded=seeded) in line
+    assert line.startswith("error: ") and fragment.format(**names) in line
     assert not out.exists()
 
 

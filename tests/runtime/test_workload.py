@@ -39,8 +39,6 @@ def test_good_lines(tmp_path):
     ({"prompt_ids": [1, "2"]}, "'prompt_ids' must be a list of integers"),
     ({"prompt_ids": [1, True]}, "'prompt_ids' must be a list of integers"),
     ({"prompt": "a", "arrival_s": -1}, "'arrival_s' must be a number >= 0"),
-    ({"prompt": "a", "arrival_s": 1.7e9}, "'arrival_s' 1.7e+09 is not seconds after the start of the run (a timestamp?"),
-    ({"prompt": "a", "arrival_s": 1e308}, "is not seconds after the start"),  # was an OverflowError in time.sleep
     ({"prompt": "a", "max_tokens": "8"}, "'max_tokens' has the wrong type (str)"),
     ({"prompt": "a", "ignore_eos": 1}, "'ignore_eos' has the wrong type (int)"),
     ({"prompt": "a", "stop": ["", "x"]}, "'stop' must be a string or a list of non-empty strings"),
