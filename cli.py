@@ -423,8 +423,18 @@ def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, top_p,
     requests = synthetic(num_requests, parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len"),
                          runner.spec.vocab_size, rate, seed, runner.spec.eos_token_ids,
                          dataclasses.replace(defaults, ignore_eos=True))
-    return [dataclasses.replace(r, source=f"--input-len {input_len} --output-len {output_len}: request {i}")
-            for i, r in enumerate(requests)]
+    requests = [dataclasses.replace(r, source=f"--input-len {input_len} --output-len {output_len}: request {i}")
+                for i, r in enumerate(requests)]
+    # A synthetic request ignores EOS to produce exactly its output length; past the context the
+    # engine would cut it short, and the benchmark would count fewer tokens than it asked for
+    # (vLLM's server refuses such a request).
+    too_long = [r for r in requests if len(r.prompt_ids) + r.params.max_tokens > runner.spec.max_model_len]
+    if too_long:
+        first = too_long[0]
+        more = f" (and {len(too_long) - 1} more)" if len(too_long) > 1 else ""
+        raise BadInput(f"{first.source}: {len(first.prompt_ids)} prompt + {first.params.max_tokens} output tokens are "
+                       f"past the plan's max_model_len {runner.spec.max_model_len}{more}")
+    return requests
 
 
 def _refuse_unservable(engine, requests: list) -> list:

@@ -305,8 +305,11 @@ def test_cli_refuses_a_trace_with_an_unservable_request_before_serving(decoder_c
 
 
 @pytest.mark.parametrize("options, fragment", [
-    (["--num-requests", 2, "--input-len", 600], "--input-len 600 --output-len 128: request 0: prompt of 600 tokens "
-                                                "leaves no room in the context of 512 (and 1 more"),
+    (["--num-requests", 2, "--input-len", 600], "--input-len 600 --output-len 128: request 0: 600 prompt + 128 output "
+                                                "tokens are past the plan's max_model_len 512 (and 1 more)"),
+    # fits the prompt, but the output would be cut short: fewer tokens than the benchmark asked for
+    (["--num-requests", 3, "--input-len", "400:500", "--output-len", 120],
+     "--input-len 400:500 --output-len 120: request 0: 4"),
     (["--workload", "{trace}"], "{trace}:2: token id 999 is outside the vocabulary"),
     (["--workload", "{trace}", "--max-tokens", 0], "Invalid value for '--max-tokens': 0 is not in the range x>=1"),
     (["--workload", "{trace}", "--temperature", -1], "Invalid value for '--temperature'"),
