@@ -511,8 +511,9 @@ def _print_stream_timings(s: dict) -> None:
 
 
 def _print_decode_summary(s: dict) -> None:
-    def ms(key):
-        return f"p50 {s[key]['p50'] or 0:.1f} / p99 {s[key]['p99'] or 0:.1f} ms"
+    def ms(key):  # none measured (TPOT and ITL of one-token outputs): say so rather than 0 ms
+        stats = s[key]
+        return "n/a" if stats["p50"] is None else f"p50 {stats['p50']:.1f} / p99 {stats['p99']:.1f} ms"
     click.echo(f"{s['requests']} requests, {s['output_tokens']} output tokens in {s['duration_s']:.2f} s: "
                f"{s['output_tok_s']:.1f} tok/s, {s['requests_per_s']:.2f} requests/s ({s['batching']} batching, "
                f"up to {s['max_num_seqs']} sequences)")

@@ -255,6 +255,12 @@ def test_cli_json_report_has_vllm_benchmark_keys_consistent_with_the_outputs(dec
     assert summary["ttft_ms"]["p99"] <= summary["e2e_ms"]["p99"]
 
 
+def test_cli_summary_says_na_for_latencies_it_could_not_measure(decoder_cli):
+    result = decoder_cli("--num-requests", 2, "--input-len", 4, "--output-len", 1)  # one token: no TPOT, no ITL
+    assert result.exit_code == 0, result.output
+    assert "TPOT n/a; ITL n/a; end to end p50 " in result.stdout and "TTFT p50 " in result.stdout
+
+
 def test_cli_static_continuous_and_decode_priority_agree(decoder_cli, tmp_path):
     outputs = {}
     for name, options in (("static", ["--batching", "static"]), ("continuous", []), ("itl", ["--itl-factor", 1.2])):
