@@ -409,6 +409,7 @@ def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, top_p,
 
     from .compiler.runtime.sampler import SamplingParams
     from .compiler.runtime.sequence import Request
+    from .compiler.runtime.text import unicode_problem
     from .compiler.runtime.workload import parse_length, parse_trace, synthetic
 
     defaults = SamplingParams(max_tokens=128 if max_tokens is None else max_tokens, temperature=temperature,
@@ -416,6 +417,9 @@ def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, top_p,
     if prompt is not None:
         if text is None:
             raise BadInput("--prompt needs the model's tokenizer and this plan carries none; use --workload with prompt_ids")
+        problem = unicode_problem(prompt)
+        if problem:
+            raise BadInput(f"--prompt: {problem}")
         return [Request(prompt_ids=text.encode_prompt(prompt), params=dataclasses.replace(defaults, seed=seed),
                         source="--prompt")]
     if workload is not None:

@@ -13,6 +13,17 @@ INCOMPLETE = "\ufffd"  # what a byte-level decoder yields for an unfinished UTF-
 NUM_CONTEXT_TOKENS = 5  # prompt tokens decoded before the first output token, so spacing is right
 
 
+def unicode_problem(text: str) -> str | None:
+    """Why a str cannot be tokenized: a lone surrogate, from JSON's "\\ud800" or from bytes that are
+    not UTF-8 in a command line argument (Python keeps them as surrogates); None when it can."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return (f"character {exc.start} ({text[exc.start]!r}) is not valid Unicode (bytes that are not UTF-8, or "
+                "a lone surrogate)")
+    return None
+
+
 def _special_text(value) -> str | None:
     return value.get("content") if isinstance(value, dict) else value
 
@@ -59,6 +70,9 @@ class TextCodec:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        problem = unicode_problem(text)
+        if problem:  # the tokenizer would raise a TypeError
+            raise BadInput(f"text to encode: {problem}")
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, token_ids: list[int]) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import BadInput
 from .sampler import SamplingParams
 from .sequence import Request
+from .text import unicode_problem
 
 PARAM_KEYS = {"max_tokens": int, "ignore_eos": bool, "temperature": (int, float), "top_k": int,
               "top_p": (int, float), "seed": int, "stop": (str, list)}
@@ -68,6 +69,8 @@ def _line_problem(data: dict) -> str | None:
         return "give exactly one of 'prompt' and 'prompt_ids'"
     if "prompt" in data and not isinstance(data["prompt"], str):
         return "'prompt' must be a string"
+    if "prompt" in data and unicode_problem(data["prompt"]):
+        return f"'prompt': {unicode_problem(data['prompt'])}"
     if "prompt_ids" in data and not (isinstance(data["prompt_ids"], list) and all(map(_is_int, data["prompt_ids"]))):
         return "'prompt_ids' must be a list of integers"
     arrival = data.get("arrival_s", 0.0)

@@ -294,6 +294,13 @@ def test_cli_top_k_and_top_p_reach_the_sampler(decoder_cli, tmp_path):
     assert result.exit_code == 2 and "Invalid value for '--top-p'" in result.stderr
 
 
+def test_cli_prompt_that_is_not_unicode_is_bad_input(decoder_cli):
+    result = decoder_cli("--prompt", "caf\udce9")  # a non-UTF-8 byte in argv, as Python keeps it
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: --prompt: character 3 ('\\udce9') is not valid Unicode (bytes that are not UTF-8, or a lone surrogate)"]
+
+
 def test_cli_op_profile_needs_an_infc_executor(decoder_cli):
     result = decoder_cli("--num-requests", 2, "--op-profile")  # the fake runner has none
     assert result.exit_code == 2 and "--op-profile times the steps of infc's executors" in result.stderr

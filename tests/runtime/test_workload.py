@@ -43,6 +43,7 @@ def test_good_lines(tmp_path):
     ({"prompt": "a", "ignore_eos": 1}, "'ignore_eos' has the wrong type (int)"),
     ({"prompt": "a", "stop": ["", "x"]}, "'stop' must be a string or a list of non-empty strings"),
     ({"prompt": "a", "colour": "red"}, "unknown key 'colour'"),
+    ('{"prompt": "\\ud800 lone"}', "'prompt': character 0 ('\\ud800') is not valid Unicode"),  # tokenizers: TypeError
 ])
 def test_malformed_lines_become_errors_and_the_others_survive(tmp_path, line, fragment):
     path = write_trace(tmp_path, [{"prompt": "fine"}, line])
