@@ -278,8 +278,8 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
               help="Decoder plans: 0 is greedy.")
 @click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(min=0, max=1, min_open=True),
               help="Decoder plans: sample from the smallest set of tokens whose probability reaches this.")
-@click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=0),
-              help="Decoder plans: sample from this many most likely tokens (0: all).")
+@click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=-1),
+              help="Decoder plans: sample from this many most likely tokens (0 or -1: all).")
 @click.option("--workload", type=click.Path(dir_okay=False), help="Decoder plans: a JSONL trace of requests.")
 @click.option("--num-requests", type=click.IntRange(min=1), help="Decoder plans: this many synthetic requests.")
 @click.option("--input-len", default="128", show_default=True, help="Synthetic prompt length: N or LOW:HIGH.")

@@ -12,7 +12,7 @@ import numpy as np
 class SamplingParams:
     max_tokens: int = 16
     temperature: float = 0.0  # 0: greedy
-    top_k: int = 0  # 0: no limit
+    top_k: int = 0  # 0 (or -1, vLLM's older spelling): no limit
     top_p: float = 1.0
     seed: int | None = None
     ignore_eos: bool = False
@@ -24,8 +24,8 @@ class SamplingParams:
             return f"max_tokens must be a positive integer, got {self.max_tokens!r}"
         if not self.temperature >= 0:
             return f"temperature must be >= 0, got {self.temperature!r}"
-        if not isinstance(self.top_k, int) or self.top_k < 0:
-            return f"top_k must be an integer >= 0, got {self.top_k!r}"
+        if not isinstance(self.top_k, int) or self.top_k < -1:
+            return f"top_k must be an integer >= 0 (or -1: no limit), got {self.top_k!r}"
         if not 0 < self.top_p <= 1:
             return f"top_p must be in (0, 1], got {self.top_p!r}"
         if self.seed is not None and not (isinstance(self.seed, int) and self.seed >= 0):

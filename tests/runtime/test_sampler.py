@@ -66,7 +66,7 @@ def test_row_count_must_match():
 @pytest.mark.parametrize("params, fragment", [
     (SamplingParams(max_tokens=0), "max_tokens must be a positive integer"),
     (SamplingParams(temperature=-1.0), "temperature must be >= 0"),
-    (SamplingParams(top_k=-2), "top_k must be an integer >= 0"),
+    (SamplingParams(top_k=-2), "top_k must be an integer >= 0 (or -1: no limit)"),
     (SamplingParams(top_p=0.0), "top_p must be in (0, 1]"),
     (SamplingParams(seed=-1), "seed must be an integer >= 0"),  # NumPy's generators refuse it with a ValueError
 ])
@@ -76,3 +76,12 @@ def test_problems_are_named(params, fragment):
 
 def test_good_params_have_no_problem():
     assert SamplingParams(temperature=0.8, top_k=40, top_p=0.95).problem() is None
+
+
+def test_top_k_minus_one_is_no_limit_as_in_vllm():
+    assert SamplingParams(top_k=-1).problem() is None  # a vLLM user's trace was refused
+    logits_V = np.random.default_rng(0).standard_normal(50).astype(np.float32)
+    for top_k in (-1, 0):
+        params = SamplingParams(temperature=1.0, top_k=top_k)
+        assert [sample_token(logits_V, params, np.random.default_rng(s)) for s in range(20)] == [
+            sample_token(logits_V, SamplingParams(temperature=1.0), np.random.default_rng(s)) for s in range(20)]
