@@ -423,7 +423,12 @@ def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, top_p,
         return [Request(prompt_ids=text.encode_prompt(prompt), params=dataclasses.replace(defaults, seed=seed),
                         source="--prompt")]
     if workload is not None:
-        return parse_trace(workload, defaults)
+        requests = parse_trace(workload, defaults)
+        malformed = [r.error for r in requests if r.error]
+        if malformed:  # before the engine warms up: a malformed line needs no model to be found
+            more = f" (and {len(malformed) - 1} more malformed lines)" if len(malformed) > 1 else ""
+            raise BadInput(malformed[0] + more)
+        return requests
     requests = synthetic(num_requests, parse_length(input_len, "--input-len"), parse_length(output_len, "--output-len"),
                          runner.spec.vocab_size, rate, seed, runner.spec.eos_token_ids,
                          dataclasses.replace(defaults, ignore_eos=True))

@@ -312,9 +312,27 @@ def test_cli_refuses_a_trace_with_an_unservable_request_before_serving(decoder_c
     out = tmp_path / "out.jsonl"
     result = decoder_cli("--workload", trace, "--json", "--outputs", out)
     assert result.exit_code == 2 and result.stdout == ""  # no report of a run that did not happen
+    assert result.stderr.strip().splitlines() == [f"error: {trace}:3: not JSON (Expecting value)"]
+    assert not out.exists()
+    trace.write_text('{"prompt_ids": [1, 2, 3], "max_tokens": 3}\n{"prompt_ids": []}\n{"prompt_ids": [1, 900]}\n')
+    result = decoder_cli("--workload", trace, "--json", "--outputs", out)
+    assert result.exit_code == 2 and result.stdout == "" and not out.exists()
     assert result.stderr.strip().splitlines() == [
         f"error: {trace}:2: empty prompt (and 1 more requests that cannot be served)"]
-    assert not out.exists()
+
+
+def test_cli_malformed_trace_lines_are_refused_before_the_engine_starts(decoder_cli, monkeypatch, tmp_path):
+    import infc.compiler.runtime.engine as engine_module
+
+    def no_engine(*args, **kwargs):
+        raise AssertionError("the engine (its KV pool and warm-up) is not needed to find a malformed line")
+    monkeypatch.setattr(engine_module, "Engine", no_engine)
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"prompt_ids": [1]}\n{"prompt_ids": [1], "max_tokens": "4"}\n[]\n')
+    result = decoder_cli("--workload", trace)
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {trace}:2: 'max_tokens' has the wrong type (str) (and 1 more malformed lines)"]
 
 
 @pytest.mark.parametrize("options, fragment", [
