@@ -420,8 +420,11 @@ def _decode_requests(runner, text, seed, prompt, max_tokens, temperature, top_p,
         problem = unicode_problem(prompt)
         if problem:
             raise BadInput(f"--prompt: {problem}")
-        return [Request(prompt_ids=text.encode_prompt(prompt), params=dataclasses.replace(defaults, seed=seed),
-                        source="--prompt")]
+        try:
+            prompt_ids = text.encode_prompt(prompt)
+        except BadInput as exc:  # the chat template's refusal, say
+            raise BadInput(f"--prompt: {exc}") from None
+        return [Request(prompt_ids=prompt_ids, params=dataclasses.replace(defaults, seed=seed), source="--prompt")]
     if workload is not None:
         requests = parse_trace(workload, defaults)
         malformed = [r.error for r in requests if r.error]

@@ -83,9 +83,15 @@ class TextCodec:
         so encode it with add_special_tokens=False."""
         if not self.chat_template:
             raise BadInput("this model has no chat template")
-        return _compile_template(self.chat_template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+        template = _compile_template(self.chat_template)
+        try:
+            return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                   bos_token=self.bos_token or "", eos_token=self.eos_token or "")
+        except Exception as exc:  # noqa: BLE001 - the template is the model's code: its failures are its input's
+            from jinja2.exceptions import TemplateError
+
+            what = str(exc) if isinstance(exc, TemplateError) else f"{type(exc).__name__}: {exc}"
+            raise BadInput(f"the model's chat template refuses the conversation: {what}") from None
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """A user prompt as the model expects it: through the chat template when there is one."""

@@ -301,6 +301,18 @@ def test_cli_prompt_that_is_not_unicode_is_bad_input(decoder_cli):
         "error: --prompt: character 3 ('\\udce9') is not valid Unicode (bytes that are not UTF-8, or a lone surrogate)"]
 
 
+def test_cli_prompt_refused_by_the_chat_template_is_bad_input(decoder_cli, monkeypatch):
+    def runner(path):
+        fake = FakeRunner(SPEC)
+        fake.chat_template = "{{ raise_exception('Conversations must start with a system message') }}"
+        return fake
+    monkeypatch.setattr(cli, "_load_decoder_runner", runner)
+    result = decoder_cli("--prompt", "hi")
+    assert result.exit_code == 2  # was an internal error (exit 1)
+    assert result.stderr.strip().splitlines() == ["error: --prompt: the model's chat template refuses the "
+                                                  "conversation: Conversations must start with a system message"]
+
+
 def test_cli_op_profile_needs_an_infc_executor(decoder_cli):
     result = decoder_cli("--num-requests", 2, "--op-profile")  # the fake runner has none
     assert result.exit_code == 2 and "--op-profile times the steps of infc's executors" in result.stderr

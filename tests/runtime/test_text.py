@@ -63,8 +63,12 @@ def test_template_errors_and_missing_template(codec):
 
 def test_template_may_raise(codec):
     strict = TextCodec(byte_tokenizer_json(), {"chat_template": "{{ raise_exception('system role not supported') }}"})
-    with pytest.raises(Exception, match="system role not supported"):
+    with pytest.raises(BadInput, match="chat template refuses the conversation: system role not supported$"):
         strict.render_chat([{"role": "system", "content": "x"}])
+    # a template that fails as Python (an internal error of `infc run --prompt` before): the model's input
+    broken = TextCodec(byte_tokenizer_json(), {"chat_template": "{{ messages[0]['content'] + 3 }}"})
+    with pytest.raises(BadInput, match=r"refuses the conversation: TypeError: can only concatenate str"):
+        broken.encode_prompt("hi")
 
 
 def test_from_folder_reads_the_config(tmp_path):
