@@ -80,8 +80,9 @@ def _line_problem(data: dict) -> str | None:
         value = data.get(key)
         if key in data and (not isinstance(value, kind) or (kind is not bool and isinstance(value, bool))):
             return f"'{key}' has the wrong type ({type(value).__name__})"
-    if isinstance(data.get("stop"), list) and not all(isinstance(s, str) and s for s in data["stop"]):
-        return "'stop' must be a string or a list of non-empty strings"
+    stops = data.get("stop", [])
+    if not all(isinstance(s, str) and s for s in (stops if isinstance(stops, list) else [stops])):
+        return "'stop' must be a non-empty string or a list of non-empty strings"  # "" is found at once
     return None
 
 

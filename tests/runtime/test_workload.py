@@ -41,7 +41,8 @@ def test_good_lines(tmp_path):
     ({"prompt": "a", "arrival_s": -1}, "'arrival_s' must be a number >= 0"),
     ({"prompt": "a", "max_tokens": "8"}, "'max_tokens' has the wrong type (str)"),
     ({"prompt": "a", "ignore_eos": 1}, "'ignore_eos' has the wrong type (int)"),
-    ({"prompt": "a", "stop": ["", "x"]}, "'stop' must be a string or a list of non-empty strings"),
+    ({"prompt": "a", "stop": ["", "x"]}, "'stop' must be a non-empty string or a list of non-empty strings"),
+    ({"prompt": "a", "stop": ""}, "'stop' must be a non-empty string"),  # stopped every request at its first token
     ({"prompt": "a", "colour": "red"}, "unknown key 'colour'"),
     ('{"prompt": "\\ud800 lone"}', "'prompt': character 0 ('\\ud800') is not valid Unicode"),  # tokenizers: TypeError
 ])
