@@ -44,10 +44,20 @@ def phase_times_s(seq: Sequence) -> dict:
             "decode": gap(seq.first_token_s, seq.finished_s), "detokenize": seq.detokenize_s}
 
 
+def _latencies_s(seq: Sequence) -> dict:
+    """One request's TTFT, end to end time and inter-token gaps: what the summary's percentiles are
+    made of (vLLM's benchmark keeps them per request too)."""
+    times = seq.token_times_s
+    return {"ttft_s": None if seq.first_token_s is None else seq.first_token_s - seq.arrival_s,
+            "e2e_s": None if seq.finished_s is None else seq.finished_s - seq.arrival_s,
+            "itl_s": [b - a for a, b in zip(times, times[1:])]}
+
+
 def request_record(index: int, seq: Sequence) -> dict:
     record = {"index": index, "prompt_tokens": len(seq.prompt_ids), "output_ids": seq.output_ids, "text": seq.text,
               "finish_reason": seq.finish_reason, "phase_s": phase_times_s(seq),
-              "prefix_hit_tokens": seq.num_prefix_hit_tokens, "preemptions": seq.num_preemptions}
+              "prefix_hit_tokens": seq.num_prefix_hit_tokens, "preemptions": seq.num_preemptions,
+              **_latencies_s(seq)}
     if seq.error:
         record["error"] = seq.error
     return record
@@ -56,10 +66,11 @@ def request_record(index: int, seq: Sequence) -> dict:
 def summarize(seqs: list[Sequence], stats: StepStats, duration_s: float, num_preemptions: int, prefix_hit_pct: float) -> dict:
     served = [s for s in seqs if not s.error]
     num_output = sum(len(s.output_ids) for s in served)
-    ttft = [s.first_token_s - s.arrival_s for s in served if s.first_token_s is not None]
+    latencies = [_latencies_s(s) for s in served]
+    ttft = [lat["ttft_s"] for lat in latencies if lat["ttft_s"] is not None]
     tpot = [(s.token_times_s[-1] - s.token_times_s[0]) / (len(s.token_times_s) - 1) for s in served if len(s.token_times_s) > 1]
-    itl = [b - a for s in served for a, b in zip(s.token_times_s, s.token_times_s[1:])]
-    e2e = [s.finished_s - s.arrival_s for s in served if s.finished_s is not None]
+    itl = [gap for lat in latencies for gap in lat["itl_s"]]
+    e2e = [lat["e2e_s"] for lat in latencies if lat["e2e_s"] is not None]
     phases = {name: percentiles_ms(p[name] for p in map(phase_times_s, served) if p[name] is not None)
               for name in ("queue", "prefill", "decode", "detokenize")}
     num_prompt = sum(len(s.prompt_ids) for s in served)

@@ -253,6 +253,12 @@ def test_cli_json_report_has_vllm_benchmark_keys_consistent_with_the_outputs(dec
         assert set(stats) == {"mean", "std", "p50", "p90", "p99"} and stats["std"] >= 0
         assert stats["p50"] <= stats["p99"]
     assert summary["ttft_ms"]["p99"] <= summary["e2e_ms"]["p99"]
+    # each request's own latencies, which the summary's statistics are made of
+    for key, values in (("ttft_ms", [r["ttft_s"] for r in records]), ("e2e_ms", [r["e2e_s"] for r in records]),
+                        ("itl_ms", [gap for r in records for gap in r["itl_s"]])):
+        assert summary[key]["mean"] == pytest.approx(1e3 * np.mean(values))
+        assert summary[key]["p50"] == pytest.approx(1e3 * np.median(values))
+    assert all(len(r["itl_s"]) == len(r["output_ids"]) - 1 for r in records)
 
 
 def test_cli_summary_says_na_for_latencies_it_could_not_measure(decoder_cli):
