@@ -499,6 +499,8 @@ def _run_decoder(plan, outputs_path, seed, as_json, op_profile, batching, max_nu
     summary = {"plan": str(plan), "batching": batching, "max_num_seqs": max_num_seqs,
                "num_kv_blocks": engine.blocks.num_blocks, **engine.summary(seqs),
                "batch_invariant_gemms": gemm_invariance_report()}
+    if request_options["prompt"] is not None:  # one request: its answer belongs in the report a script reads
+        summary["text"], summary["finish_reason"] = seqs[0].text, seqs[0].finish_reason
     if op_profile:
         summary["op_profile"] = profile_report(executor, step_times, [])
     if as_json:

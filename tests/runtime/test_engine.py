@@ -235,6 +235,15 @@ def test_cli_synthetic_workload_json(decoder_cli, tmp_path):
     assert [len(r["output_ids"]) for r in records] == [5] * 6
 
 
+def test_cli_prompt_json_report_holds_the_answer(decoder_cli, tmp_path):
+    out = tmp_path / "out.jsonl"
+    result = decoder_cli("--prompt", "hello", "--max-tokens", 6, "--json", "--outputs", out)
+    assert result.exit_code == 0, result.output
+    summary, (record,) = json.loads(result.stdout), [json.loads(line) for line in out.read_text().splitlines()]
+    assert summary["text"] == record["text"] and summary["finish_reason"] == record["finish_reason"]
+    assert summary["output_tokens"] == len(record["output_ids"]) == 6
+
+
 def test_cli_json_report_has_vllm_benchmark_keys_consistent_with_the_outputs(decoder_cli, tmp_path):
     out = tmp_path / "out.jsonl"
     result = decoder_cli("--num-requests", 7, "--input-len", "4:30", "--output-len", "1:9", "--json", "--outputs", out)
