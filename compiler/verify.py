@@ -117,18 +117,24 @@ def _run_original(session, names, feeds):
 
 def _random_feeds_that_run(model: onnx.ModelProto, session, names, seed: int, dims: dict):
     """Random feeds at the default dims, else with every free symbolic dim but the batch at each of
-    OTHER_LENGTHS in turn; the first failure is the one reported."""
+    OTHER_LENGTHS in turn, then all that again at batch 1; the first failure is the one reported."""
     feeds = random_feeds(model, seed, dims)
     try:
         return feeds, _run_original(session, names, feeds)
     except BadInput as first:
         free = [d for d in _symbolic_dims(model, skip_batch=True) if d not in dims]
-        lengths = [n for n in OTHER_LENGTHS if len(free) == 1 or n <= MAX_LENGTH_OF_SEVERAL]
-        for length in lengths if free else ():
-            feeds = random_feeds(model, seed, {**dims, **dict.fromkeys(free, length)})
+        batch = [d for d in _symbolic_dims(model, skip_batch=False) if d not in free and d not in dims]
+        lengths = [n for n in OTHER_LENGTHS if len(free) == 1 or n <= MAX_LENGTH_OF_SEVERAL] if free else []
+        # a batch pinned to 1 though named symbolic: a recurrent model's state input exported at
+        # batch 1 ([layers, 1, hidden]) next to a [batch_size, ...] input
+        attempts = [dict.fromkeys(free, n) for n in lengths]
+        if batch:
+            attempts += [{**dict.fromkeys(batch, 1), **a} for a in [{}, *attempts]]
+        for attempt in attempts:
+            feeds = random_feeds(model, seed, {**dims, **attempt})
             try:
                 return feeds, session.run(names, feeds)
-            except Exception:  # noqa: BLE001, S112 - try the next length
+            except Exception:  # noqa: BLE001, S112 - try the next dims
                 continue
         raise first from None
 

@@ -79,3 +79,27 @@ def test_verify_keeps_several_free_lengths_short(monkeypatch):
     with pytest.raises(BadInput, match="cannot run the original model"):
         verify_models(model, model)
     assert tried and max(tried) <= verify.MAX_LENGTH_OF_SEVERAL
+
+
+def test_verify_tries_batch_one_for_a_state_exported_at_batch_one():
+    # a recurrent model's state input exported at batch 1 next to a [batch_size, ...] input: the
+    # default batch (2) and every length fail; batch 1 runs
+    nodes = [helper.make_node("Reshape", ["frames", "flat"], ["row"]),
+             helper.make_node("Add", ["row", "state"], ["next_state"])]
+    model = make_model(nodes, [("frames", F32, ["batch_size", 4]), ("state", F32, [4])],
+                       [("next_state", F32, [4])], {"flat": np.array([4], np.int64)})
+    diffs = verify_models(model, optimize_model(model).model)
+    assert diffs[0].max_rel_diff < 1e-6
+
+
+def test_generated_inputs_give_an_unnamed_leading_dim_a_batch_size():
+    # TF and dynamo exports name a batch 'N', 'unk__749' or 's0': a batch (2), not a length (32);
+    # other unnamed dims, and the leading dim of a rank-1 input, stay at the default length
+    from infc.compiler.feeds import DEFAULT_DIM, DIM_HINTS, random_feeds
+
+    nodes = [helper.make_node("ReduceSum", ["wave"], ["total"], keepdims=0),
+             helper.make_node("Add", ["total", "gains"], ["out"])]
+    model = make_model(nodes, [("wave", F32, ["N", "samples"]), ("gains", F32, ["s1"])], [("out", F32, ["s1"])])
+    feeds = random_feeds(model, 0)
+    assert feeds["wave"].shape == (DIM_HINTS[0][1], DEFAULT_DIM)
+    assert feeds["gains"].shape == (DEFAULT_DIM,)

@@ -69,3 +69,27 @@ def test_band_matrices_follow_new_weights(rng):
     plan = conv.conv_plan(x.shape, x.dtype, first_w.shape, attrs, None)
     np.testing.assert_allclose(second, conv._generic(x, second_w, None, plan), rtol=1e-5, atol=1e-5)
     assert not np.allclose(first, second)
+
+
+ONE_D = [  # 1-D convolutions (audio front ends, VAD encoders): the gathered columns path
+    ((1, 129, 4), (128, 129, 3), {"pads": [1, 1]}),
+    ((1, 1, 640), (258, 1, 256), {"strides": [128]}),  # STFT as a convolution
+    ((2, 8, 9), (6, 8, 3), {"strides": [2], "pads": [1, 1]}),
+    ((1, 4, 17), (5, 4, 3), {"dilations": [3], "pads": [2, 4]}),
+    ((2, 6, 11), (9, 2, 5), {"group": 3, "pads": [2, 2]}),
+    ((1, 3, 10), (4, 3, 4), {"auto_pad": "SAME_UPPER", "strides": [3]}),
+    ((1, 4, 1), (8, 4, 3), {"pads": [1, 1]}),  # one frame
+]
+
+
+@pytest.mark.parametrize("take_bytes", [0, 1 << 20])
+@pytest.mark.parametrize("x_shape,w_shape,attrs", ONE_D)
+def test_one_d_columns_match_ort(x_shape, w_shape, attrs, take_bytes, monkeypatch, rng, single_node, ort_check):
+    monkeypatch.setattr(conv, "TAKE_COLUMNS_BYTES", take_bytes)
+    x = rng.standard_normal(x_shape).astype(F32)
+    inits = {"w": rng.standard_normal(w_shape).astype(F32), "b": rng.standard_normal(w_shape[0]).astype(F32)}
+    assert conv.conv_plan(x.shape, x.dtype, w_shape, attrs, None).kind == conv.GENERIC
+    memo = {}
+    conv.conv_forward(x, inits["w"], inits["b"], {**attrs, "kernel_shape": list(w_shape[2:])}, memo=memo)
+    assert any(key[0] == "conv1d-taps" for key in memo) == (take_bytes > 0)
+    ort_check(single_node("Conv", {"x": x}, [("y", F32)], attrs, inits, opset=17), {"x": x})

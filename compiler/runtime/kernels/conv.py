@@ -92,6 +92,23 @@ def im2col(xp: np.ndarray, kernel, geo: Geometry) -> np.ndarray:
     return np.ascontiguousarray(windows.transpose(order)).reshape(n, c * math.prod(kernel), -1)
 
 
+# 1-D im2col by one gather up to this many bytes of columns: sliding_window_view costs tens of
+# microseconds of Python a call, most of a small convolution's time (a VAD's [1, 129, 4] frames);
+# past it the strided copy is faster
+TAKE_COLUMNS_BYTES = 1 << 20
+
+
+def columns_1d(xp: np.ndarray, kernel: int, geo: Geometry, memo: dict) -> np.ndarray:
+    """im2col of a 1-D convolution, (N, C, L) -> (N, C * kernel, out): the window starts of each
+    tap gathered at once (the index table is memoized per geometry)."""
+    key = ("conv1d-taps", kernel, geo)
+    index = memo.get(key)
+    if index is None:
+        index = memo[key] = (np.arange(kernel)[:, None] * geo.dilations[0] + np.arange(geo.out[0]) * geo.strides[0])
+    n, c = xp.shape[:2]
+    return np.take(xp, index, axis=2).reshape(n, c * kernel, geo.out[0])
+
+
 def depthwise(xp: np.ndarray, w: np.ndarray, geo: Geometry) -> np.ndarray:
     """One channel per group: accumulate one strided slice per kernel tap (no loop over channels)."""
     c = xp.shape[1]
@@ -211,7 +228,7 @@ def _conv_forward(plan: ConvPlan, x, w, bias, residual, memo, epilogue) -> np.nd
         geo = plan.geo
         y = phased.dense2d(x, w, bias, geo.strides, geo.pads_begin, geo.pads_end, geo.out, memo, early)
     else:
-        y = _generic(x, w, bias, plan)
+        y = _generic(x, w, bias, plan, memo)
         late = epilogue
     if residual is not None:
         y += residual
@@ -270,14 +287,16 @@ def _pointwise(x: np.ndarray, w: np.ndarray, bias, epilogue=None) -> np.ndarray:
     return y.reshape((n, m) + x.shape[2:])
 
 
-def _generic(x: np.ndarray, w: np.ndarray, bias, plan: ConvPlan) -> np.ndarray:
+def _generic(x: np.ndarray, w: np.ndarray, bias, plan: ConvPlan, memo: dict | None = None) -> np.ndarray:
+    memo = {} if memo is None else memo
     n, c = x.shape[:2]
     m, group, kernel, geo = w.shape[0], plan.group, plan.kernel, plan.geo
     xp = padded(x, geo.pads_begin, geo.pads_end)
     if group == c and w.shape[1] == 1 and group > 1:
         y = depthwise(xp, w, geo)
     else:
-        cols = im2col(xp, kernel, geo)
+        small_1d = len(kernel) == 1 and xp.itemsize * n * c * kernel[0] * geo.out[0] <= TAKE_COLUMNS_BYTES
+        cols = columns_1d(xp, kernel[0], geo, memo) if small_1d else im2col(xp, kernel, geo)
         weights = w.reshape(m, -1)
         if group == 1:
             y = np.matmul(weights, cols)

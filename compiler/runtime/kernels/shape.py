@@ -156,8 +156,37 @@ def pad(inputs, attrs, ctx):
     x = x[crop]
     width = [(max(b, 0), max(e, 0)) for b, e in width]
     if mode == "constant":
-        return [np.pad(x, width, mode="constant", constant_values=value).astype(x.dtype, copy=False)]
-    return [np.pad(x, width, mode={"edge": "edge", "reflect": "reflect", "wrap": "wrap"}[mode])]
+        out = np.full(tuple(d + b + e for d, (b, e) in zip(x.shape, width)), value, dtype=x.dtype)
+        out[tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, width))] = x
+        return [out]
+    # edge / reflect / wrap: one gather per padded axis, its source positions memoized (np.pad
+    # spends tens of microseconds of Python a call, most of a small pad's time)
+    for axis, (begin, end) in enumerate(width):
+        if begin or end:
+            key = ("pad-source", mode, x.shape[axis], begin, end)
+            source = ctx.memo.get(key) if ctx is not None else None
+            if source is None:
+                source = _pad_source(mode, x.shape[axis], begin, end)
+                if ctx is not None:
+                    _remember(ctx.memo, key, source)
+            x = np.take(x, source, axis=axis)
+    return [x]
+
+
+def _pad_source(mode: str, size: int, begin: int, end: int) -> np.ndarray:
+    """For each position of a padded axis, the input position it copies (as np.pad computes it)."""
+    position = np.arange(-begin, size + end)
+    if mode == "edge":
+        return np.clip(position, 0, size - 1)
+    if mode == "wrap":
+        return position % size
+    if mode != "reflect":
+        raise ValueError(f"Pad mode {mode!r} is not one of constant, edge, reflect, wrap")
+    if size == 1:
+        return np.zeros_like(position)
+    period = 2 * (size - 1)  # a reflection about both ends repeats with this period
+    folded = position % period
+    return np.where(folded < size, folded, period - folded)
 
 
 def shape(inputs, attrs, ctx):
