@@ -220,7 +220,8 @@ def print_plan_report(report: dict, console: Console) -> None:
         ms = tactics["program_ms"]
         console.print(f"onnxruntime tactics: {tactics['num_in_onnxruntime']} of {tactics['num_steps']} steps run in onnxruntime "
                       f"({tactics['num_timed']} timed against infc alone, {tactics['num_bridges']} bridges between them) in "
-                      f"{tactics['num_sessions']} sessions: the program at the opt shapes took "
+                      f"{tactics['num_sessions']} session{'' if tactics['num_sessions'] == 1 else 's'}: the program at "
+                      f"the opt shapes took "
                       f"{ms.get(tactics['kept'], float('nan')):.3g} ms so, {ms.get('none', float('nan')):.3g} ms on infc's kernels alone")
     elif tactics:
         console.print("onnxruntime tactics: none kept (no subset beat infc's kernels in context: "
