@@ -176,7 +176,7 @@ def test_inspect_counts_timed_steps_and_bridges():
               "kernels": {}, "tuning": [], "islands": [], "precision": {}, "onnxruntime_tactics": summary}
     print_plan_report(report, console)
     assert (f"{len(program.steps)} of {len(program.steps)} steps run in onnxruntime ({len(marked)} timed against "
-            f"infc alone, {len(bridges)} bridges between them) in 1 sessions: the program at the opt shapes took 1 ms so, "
+            f"infc alone, {len(bridges)} bridges between them) in 1 session: the program at the opt shapes took 1 ms so, "
             "2 ms on infc's kernels alone") in console.export_text()
 
 
