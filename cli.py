@@ -280,7 +280,7 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
               help="Decoder plans: sample from the smallest set of tokens whose probability reaches this.")
 @click.option("--top-k", default=0, show_default=True, type=click.IntRange(min=-1),
               help="Decoder plans: sample from this many most likely tokens (0 or -1: all).")
-@click.option("--workload", type=click.Path(dir_okay=False), help="Decoder plans: a JSONL trace of requests.")
+@click.option("--workload", type=click.Path(dir_okay=False), help="Decoder plans: a JSONL trace of requests (-: standard input).")
 @click.option("--num-requests", type=click.IntRange(min=1), help="Decoder plans: this many synthetic requests.")
 @click.option("--input-len", default="128", show_default=True, help="Synthetic prompt length: N or LOW:HIGH.")
 @click.option("--output-len", default="128", show_default=True, help="Synthetic output length: N or LOW:HIGH.")
@@ -474,8 +474,11 @@ def _run_decoder(plan, outputs_path, seed, as_json, op_profile, batching, max_nu
     requests = _decode_requests(runner, text, seed, **request_options)
     profile = getattr(runner, "decode_profile", None) or {}
     max_num_seqs = max_num_seqs or profile.get("max_num_seqs", 8)
-    scheduler = SchedulerConfig(max_num_seqs, max(profile.get("max_num_batched_tokens", 2048), max_num_seqs),
-                                static_batching=batching == "static")
+    token_budget = profile.get("max_num_batched_tokens", 2048)
+    if max_num_seqs > token_budget:  # every running decode must fit in one step: the budget follows
+        stderr.print(f"warning: --max-num-seqs {max_num_seqs} is above the plan's max_num_batched_tokens "
+                     f"{token_budget}; steps take up to {max_num_seqs} tokens")
+    scheduler = SchedulerConfig(max_num_seqs, max(token_budget, max_num_seqs), static_batching=batching == "static")
     num_kv_blocks = profile.get("num_kv_blocks") if isinstance(profile.get("num_kv_blocks"), int) else None
     is_streaming = request_options["prompt"] is not None and not as_json
     engine = Engine(runner, EngineConfig(scheduler, num_kv_blocks, seed=seed, itl_factor=itl_factor), text,

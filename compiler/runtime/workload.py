@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,12 +25,22 @@ PARAM_KEYS = {"max_tokens": int, "ignore_eos": bool, "temperature": (int, float)
 KEYS = {"prompt", "prompt_ids", "arrival_s", *PARAM_KEYS}
 
 
+STDIN = "-"  # `--workload -`: the trace comes down a pipe (`gen_trace.py | infc run PLAN --workload -`)
+
+
 def parse_trace(path: str | Path, defaults: SamplingParams = SamplingParams()) -> list[Request]:
-    path = Path(path)
+    """The requests of a JSONL trace file, or of standard input when path is "-"; errors name
+    file:line ("<stdin>:line")."""
     try:
-        lines = path.read_text(encoding="utf-8-sig").splitlines()  # a leading BOM (Windows editors) is no JSON
+        if str(path) == STDIN:
+            path = "<stdin>"
+            text = sys.stdin.buffer.read().decode("utf-8-sig")  # a leading BOM (Windows editors) is no JSON
+        else:
+            path = Path(path)
+            text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: cannot read the trace ({exc.__class__.__name__})") from None
+    lines = text.splitlines()
     requests = [parse_line(line, defaults, f"{path}:{number}")
                 for number, line in enumerate(lines, start=1) if line.strip()]
     if not requests:

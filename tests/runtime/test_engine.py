@@ -218,8 +218,8 @@ def decoder_cli(monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "_plan_kind", lambda path: "decoder")
     monkeypatch.setattr(cli, "_load_decoder_runner", lambda path: FakeRunner(SPEC))
 
-    def invoke(*args):
-        return CliRunner().invoke(cli.main, ["run", str(plan), *map(str, args)])
+    def invoke(*args, stdin=None):
+        return CliRunner().invoke(cli.main, ["run", str(plan), *map(str, args)], input=stdin)
     return invoke
 
 
@@ -346,6 +346,24 @@ def test_cli_refuses_a_trace_with_an_unservable_request_before_serving(decoder_c
     assert result.exit_code == 2 and result.stdout == "" and not out.exists()
     assert result.stderr.strip().splitlines() == [
         f"error: {trace}:2: empty prompt (and 1 more requests that cannot be served)"]
+
+
+def test_cli_workload_from_standard_input(decoder_cli, tmp_path):
+    trace = '\ufeff{"prompt_ids": [1, 2, 3], "max_tokens": 3}\n\n{"prompt_ids": [4, 5], "max_tokens": 2}\n'
+    out = tmp_path / "out.jsonl"
+    result = decoder_cli("--workload", "-", "--json", "--outputs", out, stdin=trace.encode())
+    assert result.exit_code == 0, result.output
+    assert [len(json.loads(line)["output_ids"]) for line in out.read_text().splitlines()] == [3, 2]
+    result = decoder_cli("--workload", "-", stdin=b'{"prompt_ids": [1]}\n{"prompt_ids": "x"}\n')
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "error: <stdin>:2: 'prompt_ids' must be a list of integers"
+
+
+def test_cli_max_num_seqs_above_the_token_budget_is_noted(decoder_cli):
+    result = decoder_cli("--num-requests", 3, "--input-len", 4, "--output-len", 2, "--max-num-seqs", 4096, "--json")
+    assert result.exit_code == 0, result.output
+    assert "warning: --max-num-seqs 4096 is above the plan's max_num_batched_tokens 2048" in result.stderr
+    assert json.loads(result.stdout)["max_num_seqs"] == 4096
 
 
 def test_cli_malformed_trace_lines_are_refused_before_the_engine_starts(decoder_cli, monkeypatch, tmp_path):
