@@ -182,7 +182,9 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     verify = _verify(model, program, profile, tuning.get("executor"), given) if options.verify else None
     write_plan(output, meta, sections)
     if options.use_cache and not cuda_fallback:  # a fallback plan is not what this cache key promises
-        cache.store(lookup.key, output, model_path, components, {"summary": _summary(meta)})
+        busy = tuning["cache_stats"].get("busy_load")  # a quiet machine's build re-tunes it (engine_cache.lookup)
+        cache.store(lookup.key, output, model_path, components,
+                    {"summary": _summary(meta), **({"busy_load": busy} if busy is not None else {})})
     return {**report, "cache_hit": False, "cache_reason": lookup.reason if lookup else "disabled",
             "build_s": round(time.perf_counter() - started, 4), **_summary(meta),
             "timing_cache": tuning["cache_stats"], **({"verify": verify} if verify else {}),

@@ -19,6 +19,7 @@ from pathlib import Path
 import onnx
 
 from .atomic import atomic_path, write_text_atomic
+from .autotune.machine_load import busy_load
 from .target import fingerprint_id
 
 COMPONENTS = ("model", "profile", "options", "target", "infc_version", "infc_code")
@@ -96,7 +97,11 @@ class EngineCache:
         key = self.key_of(components)
         plan = self.engines / f"{key}.plan"
         if plan.is_file() and (self.engines / f"{key}.json").is_file():
-            return CacheLookup(key, True, plan, "hit")
+            tuned_busy = _record(self.engines / f"{key}.json").get("busy_load")
+            if tuned_busy is None or busy_load() is not None:
+                return CacheLookup(key, True, plan, "hit")
+            return CacheLookup(key, False, plan, f"the cached plan was tuned on a busy machine (1-minute load "
+                                                 f"{tuned_busy:g}); tuning again on this quiet one")
         return CacheLookup(key, False, plan, self._why_missed(model_path, components))
 
     def _why_missed(self, model_path: Path, components: dict) -> str:
@@ -142,6 +147,15 @@ class EngineCache:
         if timing.is_file():
             timing.unlink()
         return removed
+
+
+def _record(path: Path) -> dict:
+    """An entry's record; an unreadable one reads as empty (the plan beside it is still served)."""
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 
 from .autotune.buckets import bucket_of
 from .autotune.cpu_gemm import gemm_key, gemm_problem, prepack
+from .autotune.machine_load import busy_load, cores
 from .autotune.timing_cache import TimingCache
 from .autotune.tuner import tune_all
 from .lower import Program
@@ -51,6 +52,8 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
     (seeded random ones when not given)."""
     target = fingerprint_id(cpu_fingerprint())
     cache = TimingCache(options.cache_dir / "timing_cache.json") if options.use_cache else None
+    # a GEMM reading a graph input (a model that starts with a MatMul) has its rows in the profile
+    shapes_by_level = _with_graph_inputs(program, shapes_by_level, profile)
     plans = []  # (step index, weight name, [(bucket, key)])
     problems = {}
     for index, step, weight in _gemm_steps(program):
@@ -74,8 +77,7 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
         reports.append(report)
     spent = sum(r.time_s for r in reports)
     if not options.allow_fallback:  # --no-fallback: nothing runs in onnxruntime, tactics included
-        return _tuning(table, reports, {})
-    shapes_by_level = _with_graph_inputs(program, shapes_by_level, profile)
+        return _tuning(table, reports, {}, cache, log)
     conv_rows, conv_report = tune_vendor_tactics(
         program, shapes_by_level, target, cache=cache, show_progress=options.show_progress,
         budget_s=None if profile.budget_s is None else max(profile.budget_s - spent, 0.0))
@@ -94,14 +96,30 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
             f"alone, onnxruntime's over infc's, is: {timed})"
             + "".join(f"; not a candidate: {reason}" for reason in context["rejected_wrong"])
             + ("; the choice replayed from the timing cache, its outputs checked" if context["cached"] else ""))
-    return _tuning(table, reports, context)
+    return _tuning(table, reports, context, cache, log)
 
 
-def _tuning(table: list, reports: list, context: dict) -> dict:
-    return {"table": table, "sections": {}, "cache_stats": {"hits": sum(r.num_cache_hits for r in reports),
-                                                           "misses": sum(r.num_cache_misses for r in reports),
-                                                           "time_s": round(sum(r.time_s for r in reports), 3)},
-            **({"meta": {"conv_tactics": context}} if context else {})}
+def _tuning(table: list, reports: list, context: dict, cache: TimingCache | None = None, log=None) -> dict:
+    stats = {"hits": sum(r.num_cache_hits for r in reports), "misses": sum(r.num_cache_misses for r in reports),
+             "time_s": round(sum(r.time_s for r in reports), 3)}
+    stats.update(_load_stats(cache, bool(reports or context), log))
+    return {"table": table, "sections": {}, "cache_stats": stats, **({"meta": {"conv_tactics": context}} if context else {})}
+
+
+def _load_stats(cache: TimingCache | None, timed: bool, log) -> dict:
+    """The machine's load over the tuning where it mattered (machine_load.py): entries re-timed
+    because a busy machine timed them, and the load of a busy machine timing this build."""
+    stats = {}
+    if cache is not None and cache.num_busy_retimed:
+        stats["busy_retimed"] = cache.num_busy_retimed
+    load = max(filter(None, (cache.busy_load if cache is not None else None, busy_load() if timed else None)), default=None)
+    if load is not None:
+        stats["busy_load"] = load
+        if log is not None:
+            log(f"warning: the machine was busy while tuning (1-minute load {load:g} on {cores()} cores): timings may "
+                "favor slower kernels; " + ("the timing cache marks them, and a build on a quiet machine times them "
+                                           "again" if cache is not None else "rebuild on a quiet machine"))
+    return stats
 
 
 def _with_graph_inputs(program: Program, shapes_by_level: dict, profile) -> dict:

@@ -286,3 +286,20 @@ def test_inputs_at_sizes_the_model_cannot_run_are_bad_input(tmp_path):
     result = infc("run", tmp_path / "plan.bin", "--inputs", tmp_path / "odd.npz", "--outputs", tmp_path / "o.npz")
     one_line_error(result, 2, "odd.npz", "does not run at input shapes x [1, 3, 18, 18]", "broadcast")
     assert not (tmp_path / "o.npz").exists()
+
+
+def test_a_gemm_reading_a_graph_input_is_tuned(tmp_path):
+    """The sample runs record what steps produce; a model's first MatMul takes its rows from the profile."""
+    from onnx import helper
+
+    from infc.compiler.testing import make_model
+
+    weight = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+                       [("x", np.float32, ["batch", 64])], [("y", np.float32, ["batch", 48])], {"w": weight})
+    onnx.save(model, tmp_path / "gemm.onnx")
+    (tmp_path / "p.yaml").write_text("inputs:\n  x: {min: [1, 64], opt: [16, 64], max: [64, 64]}\n")
+    report = build(tmp_path, tmp_path / "gemm.onnx", tmp_path / "p.yaml")
+    assert report["timing_cache"]["misses"] >= 2  # buckets 1 .. 64
+    feeds = {"x": np.random.default_rng(1).standard_normal((16, 64)).astype(np.float32)}
+    assert_plan_matches_ort(tmp_path / "plan.bin", tmp_path / "gemm.onnx", feeds)

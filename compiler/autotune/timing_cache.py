@@ -4,6 +4,10 @@ Human-readable (indented, sorted keys): one entry per key string with the winner
 median time and status, and the date. Keys name only the GEMM problem and the target, so the next
 model with the same problem is served from here without benchmarking.
 
+An entry timed on a busy machine carries the load it was timed under (`busy_load`, machine_load.py):
+a build on a quiet machine does not trust it but times the key again, counted as a miss with
+that reason (`num_busy_retimed`); a build on a busy machine uses it, having nothing better.
+
 Two builds may save at once. Each save holds an exclusive flock on a side lock file while it
 re-reads the cache, lays its own new entries over what it finds and renames a temporary file over
 the cache: neither build loses the other's entries, and readers never see a half-written file.
@@ -20,6 +24,7 @@ from typing import Any, Iterator
 from ..atomic import write_text_atomic
 from ..errors import BadInput
 from .key import TuningKey
+from .machine_load import busy_load
 from .tuner import TuneResult
 
 try:
@@ -40,6 +45,8 @@ class TimingCache:
         self._unsaved: dict[str, dict[str, Any]] = {}
         self.num_hits = 0
         self.num_misses = 0
+        self.num_busy_retimed = 0  # entries timed on a busy machine, not trusted on this quiet one
+        self.busy_load: float | None = None  # the highest load this build stamped on an entry it wrote
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -50,6 +57,9 @@ class TimingCache:
     def get(self, key: TuningKey | str) -> TuneResult | None:
         entry = self.entries.get(str(key))
         result = None
+        if entry is not None and entry.get("busy_load") is not None and busy_load() is None:
+            self.num_busy_retimed += 1
+            entry = None
         if entry is not None:
             try:
                 result = TuneResult.from_json(entry, status="cached")
@@ -64,6 +74,10 @@ class TimingCache:
     def put(self, result: TuneResult) -> None:
         entry = result.to_json()
         entry.pop("status", None)  # an entry is always a finished measurement; whoever reads it back calls it "cached"
+        load = busy_load()
+        if load is not None:
+            entry["busy_load"] = load
+            self.busy_load = max(load, self.busy_load or 0.0)
         self.entries[str(result.key)] = entry
         self._unsaved[str(result.key)] = entry
 
