@@ -322,7 +322,10 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
         save_outputs(outputs_path, outputs)
     stats = {"plan": str(plan), "iterations": iterations,
              "latency_ms": {"p50": float(np.percentile(times, 50)), "p90": float(np.percentile(times, 90)),
-                            "p99": float(np.percentile(times, 99)), "mean": float(np.mean(times)), "iterations": iterations},
+                            "p99": float(np.percentile(times, 99)), "mean": float(np.mean(times)),
+                            "min": float(np.min(times)), "max": float(np.max(times)), "std": float(np.std(times)),
+                            "iterations": iterations},
+             "throughput_per_s": 1e3 * len(times) / float(np.sum(times)),  # runs a second, one after another
              "outputs": {name: {"shape": list(a.shape), "dtype": a.dtype.name} for name, a in outputs.items()}}
     if op_profile:
         from .compiler.runtime.step_profile import profile_report, timing_steps
@@ -338,7 +341,8 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
     lat = stats["latency_ms"]
     for name, info in stats["outputs"].items():
         click.echo(f"output {name}: {info['dtype']} {info['shape']}")
-    click.echo(f"latency over {iterations} runs: p50 {lat['p50']:.3f} ms, p90 {lat['p90']:.3f} ms, p99 {lat['p99']:.3f} ms")
+    click.echo(f"latency over {iterations} runs: p50 {lat['p50']:.3f} ms, p90 {lat['p90']:.3f} ms, p99 {lat['p99']:.3f} ms "
+               f"(min {lat['min']:.3f}, max {lat['max']:.3f}); throughput {stats['throughput_per_s']:.1f} runs/s")
     if op_profile:
         from .compiler.runtime.step_profile import format_profile
 

@@ -80,7 +80,10 @@ def test_run_json_and_outputs(cnn_plan, tmp_path):
                   "--iterations", 3, "--json")
     assert result.returncode == 0, result.stderr
     stats = json.loads(result.stdout)
-    assert set(stats["latency_ms"]) >= {"p50", "p90", "p99", "iterations"} and stats["latency_ms"]["iterations"] == 3
+    latency = stats["latency_ms"]
+    assert set(latency) >= {"p50", "p90", "p99", "mean", "min", "max", "std"} and latency["iterations"] == 3
+    assert latency["min"] <= latency["p50"] <= latency["max"]
+    assert stats["throughput_per_s"] == pytest.approx(1e3 / latency["mean"], rel=1e-6)
     expected = ort_session(onnx.load(FIXTURES / "cnn_ts.onnx")).run(None, {"pixel_values": x})[0]
     got = np.load(tmp_path / "out.npz")["logits"]
     assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
