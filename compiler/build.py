@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import __version__
 from .atomic import atomic_path
+from .build_phases import phase
 from .build_precision import PrecisionSettings, reduce_precision
 from .engine_cache import EngineCache, default_cache_dir
 from .errors import BadInput, InfcError
@@ -128,10 +129,14 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     if hit:
         return hit
 
-    optimized = optimize_model(model)
-    precision = reduce_precision(model, optimized.model, profile, options.precision, options.precision_settings, log)
-    graph = import_graph(precision.model)
-    program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
+    spin = options.show_progress
+    with phase("optimizing the graph", spin) as update:
+        optimized = optimize_model(model, progress=lambda stage, rule: update(f"optimizing: {stage} / {rule}"))
+    with phase(f"reducing precision to {options.precision}", spin and options.precision != "fp32"):
+        precision = reduce_precision(model, optimized.model, profile, options.precision, options.precision_settings, log)
+    with phase("lowering to kernels", spin):
+        graph = import_graph(precision.model)
+        program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
     # the program holds the weights now: the optimized model's copies go (the given model stays, the
     # reference of --verify and of the precision report)
     del graph, optimized
@@ -142,7 +147,8 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     for level in ("min", "opt", "max"):
         feeds = _level_feeds(program, profile.shapes(level), rows, given, seed=1)
         try:
-            _, shapes_by_level[level] = sample_run(program, feeds)
+            with phase(f"sample run at the profile's {level} shapes", spin):
+                _, shapes_by_level[level] = sample_run(program, feeds)
         except InfcError as exc:
             _explain_sample_failure(model_path, model, program, feeds, feeds is given, level, exc)
     max_shapes = shapes_by_level["max"]
@@ -179,8 +185,10 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         **tuning.get("meta", {}),
     }
     sections = {"weights": blob, **tuning["sections"], **program.islands}
-    verify = _verify(model, program, profile, tuning.get("executor"), given) if options.verify else None
-    write_plan(output, meta, sections)
+    with phase("verifying the plan against onnxruntime", spin and options.verify):
+        verify = _verify(model, program, profile, tuning.get("executor"), given) if options.verify else None
+    with phase(f"writing {output.name}", spin):
+        write_plan(output, meta, sections)
     if options.use_cache and not cuda_fallback:  # a fallback plan is not what this cache key promises
         busy = tuning["cache_stats"].get("busy_load")  # a quiet machine's build re-tunes it (engine_cache.lookup)
         cache.store(lookup.key, output, model_path, components,

@@ -13,6 +13,7 @@ from .autotune.cpu_gemm import gemm_key, gemm_problem, prepack
 from .autotune.machine_load import busy_load, cores
 from .autotune.timing_cache import TimingCache
 from .autotune.tuner import tune_all
+from .build_phases import phase
 from .lower import Program
 from .target import cpu_fingerprint, fingerprint_id
 from .runtime.feeds_io import gather_table_rows, random_inputs
@@ -88,7 +89,8 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
         if feeds is None:
             rows = gather_table_rows(program.steps, {n: list(w.shape) for n, w in program.weights.items()})
             feeds = random_inputs(program.inputs, profile.shapes("opt"), rows, seed=1)
-        context = confirm_in_context(program, feeds, shapes_by_level=shapes_by_level, cache=cache, target=target)
+        with phase("timing onnxruntime tactics on the whole program", options.show_progress):
+            context = confirm_in_context(program, feeds, shapes_by_level=shapes_by_level, cache=cache, target=target)
         timed = ", ".join(f"{label} {ms:.3g} ms" for label, ms in context["program_ms"].items())
         log(f"onnxruntime tactics: {context['num_kept']} of {context['num_marked']} convolution and GEMM steps"
             f"{' and ' + str(context['num_bridges']) + ' steps between them' if context['num_bridges'] else ''} run in "
