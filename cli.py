@@ -264,6 +264,8 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
 @click.option("--outputs", "outputs_path", type=click.Path(dir_okay=False),
               help="Write outputs to this .npz (a decoder plan: one JSON line per request).")
 @click.option("--iterations", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option("--warmup", default=2, show_default=True, type=click.IntRange(min=0),
+              help="Untimed runs before the timed ones (one-shot plans).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0),  # NumPy's seeds are >= 0
               help="Seed of random inputs, or of sampling (decoder plans).")
 @click.option("--json", "as_json", is_flag=True, help="Print latency statistics as JSON.")
@@ -291,7 +293,7 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
 @click.option("--itl-factor", type=click.FloatRange(min=1, min_open=True),
               help="Decoder plans: keep a step with decodes within this factor of a decode-only step by capping "
                    "its prefill tokens (protects inter-token latency while long prompts are prefilled; default: no cap).")
-def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, **decode_options):
+def run(plan, inputs_path, outputs_path, iterations, warmup, seed, as_json, op_profile, **decode_options):
     """Run a plan: on given inputs or random ones, timing N iterations; a decoder plan serves requests."""
     import numpy as np
 
@@ -317,10 +319,10 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
             raise
         raise InfcError(f"{exc} (on random inputs: a model whose control flow or indexes depend on input values "
                         "needs real ones, --inputs FEEDS.npz)") from exc
-    times = session.benchmark(feeds, iterations)
+    times = session.benchmark(feeds, iterations, warmup)
     if outputs_path:
         save_outputs(outputs_path, outputs)
-    stats = {"plan": str(plan), "iterations": iterations,
+    stats = {"plan": str(plan), "iterations": iterations, "warmup": warmup,
              "latency_ms": {"p50": float(np.percentile(times, 50)), "p90": float(np.percentile(times, 90)),
                             "p99": float(np.percentile(times, 99)), "mean": float(np.mean(times)),
                             "min": float(np.min(times)), "max": float(np.max(times)), "std": float(np.std(times)),
@@ -353,7 +355,7 @@ def run(plan, inputs_path, outputs_path, iterations, seed, as_json, op_profile, 
 # Options of `infc run` that one kind of plan, or one source of requests, uses: given anywhere else
 # they would be silently ignored (a benchmark without the arrivals its user asked for), so they
 # are refused.
-ONE_SHOT_OPTIONS = ("inputs_path", "iterations")
+ONE_SHOT_OPTIONS = ("inputs_path", "iterations", "warmup")
 DECODER_OPTIONS = ("prompt", "max_tokens", "temperature", "top_p", "top_k", "workload", "num_requests", "input_len", "output_len", "rate",
                    "batching", "max_num_seqs", "itl_factor")
 REQUEST_SOURCES = ("prompt", "workload", "num_requests")

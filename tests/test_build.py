@@ -77,10 +77,11 @@ def test_run_json_and_outputs(cnn_plan, tmp_path):
     x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
     np.savez(tmp_path / "in.npz", pixel_values=x)
     result = infc("run", tmp / "plan.bin", "--inputs", tmp_path / "in.npz", "--outputs", tmp_path / "out.npz",
-                  "--iterations", 3, "--json")
+                  "--iterations", 3, "--warmup", 0, "--json")
     assert result.returncode == 0, result.stderr
     stats = json.loads(result.stdout)
     latency = stats["latency_ms"]
+    assert stats["warmup"] == 0
     assert set(latency) >= {"p50", "p90", "p99", "mean", "min", "max", "std"} and latency["iterations"] == 3
     assert latency["min"] <= latency["p50"] <= latency["max"]
     assert stats["throughput_per_s"] == pytest.approx(1e3 / latency["mean"], rel=1e-6)
