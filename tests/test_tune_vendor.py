@@ -312,3 +312,39 @@ def test_programs_on_a_coarse_grid_let_variants_differ_by_a_grid_step():
         assert tune_context.agreement_rtol([add, dict(cast, attrs={"to": to})]) == tune_context.AGREE_RTOL_QUANTIZED
     quantize = {"op": "QuantizeLinear", "inputs": ["c", "s"], "outputs": ["q"]}
     assert tune_context.agreement_rtol([add, quantize]) == tune_context.AGREE_RTOL_QUANTIZED
+
+
+def _skewed_sessions(monkeypatch, factor):
+    from infc.compiler.runtime import executor as executor_module
+
+    real = executor_module.group_runner
+
+    def skewed(step, weights, decode, opset, spin, islands):
+        run = real(step, weights, decode, opset, spin, islands)
+        return lambda inputs, attrs, ctx: [y * np.float32(factor) for y in run(inputs, attrs, ctx)]
+    monkeypatch.setattr(executor_module, "group_runner", skewed)
+
+
+@pytest.mark.parametrize("noise, skew, accepted", [(0.0, 1.002, False), (1e-3, 1.002, True), (1e-3, 1.02, False)])
+def test_context_tolerance_allows_for_the_programs_own_kernel_noise(monkeypatch, noise, skew, accepted):
+    """Variants are checked against the unmarked program within NOISE_FACTOR times what its fused and
+    unfused kernels differ by on the same feeds (up to 1e-2): an ill-conditioned output where infc's
+    two correct evaluations are 1e-3 apart no longer refuses every onnxruntime variant, and a variant
+    further off than that is still refused."""
+    _, program, seen = _program()
+    tune_vendor_tactics(program, seen, "test", budget_s=None, cache=None, show_progress=False, bench_fn=lambda run: [1e-3])
+    _skewed_sessions(monkeypatch, skew)
+    monkeypatch.setattr(tune_context, "_kernel_noise", lambda *args: noise)
+    feeds = {"pixel_values": np.random.default_rng(4).standard_normal((4, 3, 32, 32)).astype(np.float32)}
+    summary = tune_context.confirm_in_context(program, feeds, budget_s=0.0)
+    assert summary["kernel_noise"] == noise
+    assert summary["agreement_rtol"] == pytest.approx(max(1e-4, tune_context.NOISE_FACTOR * noise))
+    assert bool(summary["rejected_wrong"]) is not accepted
+
+
+def test_kernel_noise_of_a_well_conditioned_program_is_a_few_ulps(cnn):
+    _, program, _ = cnn
+    feeds = {"pixel_values": np.random.default_rng(5).standard_normal((4, 3, 32, 32)).astype(np.float32)}
+    names = [o["name"] for o in program.outputs]
+    reference = Executor(program.steps, program.weights, program.opset, program.islands, output_names=names).run(feeds)
+    assert 0.0 <= tune_context._kernel_noise(program, feeds, reference, names) < 1e-5
