@@ -85,10 +85,23 @@ def check_tensor_interface(model: onnx.ModelProto, path: str | os.PathLike) -> N
     values = [("input", v) for v in model.graph.input] + [("output", v) for v in model.graph.output]
     for role, value in values:
         if value.type.WhichOneof("value") not in ("tensor_type", None):
-            hint = (" (a ZipMap's output: convert without it, e.g. skl2onnx's options={'zipmap': False})"
-                    if role == "output" and "map_type" in str(value.type) else "")
+            hint = _zipmap_hint(model, value.name) if role == "output" and "map_type" in str(value.type) else ""
             raise BadInput(f"{path}: {role} '{value.name}' is a {type_text(value.type)}; infc plans take and "
                            f"return tensors only{hint}")
+
+
+def _zipmap_hint(model: onnx.ModelProto, output: str) -> str:
+    """What to do about a ZipMap output. Some exporters always write one (CatBoost's classifiers),
+    so besides converting without it, name the tensor it is made from: that tensor can be the output."""
+    zipmap = next((n for n in model.graph.node if n.op_type == "ZipMap" and output in n.output), None)
+    converters = "convert without it (skl2onnx: options={'zipmap': False}; onnxmltools: zipmap=False)"
+    if zipmap is None:
+        return f" (a ZipMap's output: {converters})"
+    tensor = zipmap.input[0]
+    outputs = [tensor if o.name == output else o.name for o in model.graph.output]
+    inputs = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    return (f" (ZipMap '{zipmap.name or output}' makes it from the tensor '{tensor}': {converters}, or make that tensor "
+            f"the output: onnx.utils.extract_model(MODEL, OUT, {inputs}, {outputs}))")
 
 
 def type_text(value_type: onnx.TypeProto) -> str:

@@ -61,6 +61,9 @@ def test_a_build_refuses_a_sequence_of_maps_output_in_one_line(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "m.onnx: output 'probabilities' is a " \
         "seq(map(int64,tensor(float))); infc plans take and return tensors only" in lines[0], result.stderr
     assert not (tmp_path / "m.plan").exists()
+    # the tensor the ZipMap reads is named, with a way to make it the output (CatBoost always writes a ZipMap)
+    assert "ZipMap 'probabilities' makes it from the tensor 'probability_tensor'" in lines[0]
+    assert "onnx.utils.extract_model(MODEL, OUT, ['x'], ['probability_tensor', 'scaled'])" in lines[0]
 
 
 def test_graphsurgeon_warnings_stay_off_stdout(tmp_path):

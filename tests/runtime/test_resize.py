@@ -46,6 +46,18 @@ def test_resize_tf_crop_and_resize(rng, single_node, ort_check):
     ort_check(model, {"x": x})
 
 
+@pytest.mark.parametrize("opset", [11, 17])
+@pytest.mark.parametrize("sizes", [[1, 2, 13, 21], [1, 2, 3, 4], [1, 2, 10, 12]])
+def test_resize_tf_half_pixel_for_nn(opset, sizes, rng, single_node, ort_check):
+    # tf2onnx's form of TF2's nearest resize (half_pixel_centers=True): source (y + 0.5) / scale,
+    # floored; onnxruntime still runs it after opset 13 dropped it from the spec.
+    x = rng.standard_normal((1, 2, 5, 6)).astype(F32)
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": "tf_half_pixel_for_nn", "nearest_mode": "floor"}
+    model = single_node("Resize", {"x": x}, [("y", F32)], attrs, {"r": np.zeros(0, F32), "sc": np.zeros(0, F32),
+                        "s": np.array(sizes, np.int64)}, opset=opset, input_names=["x", "r", "sc", "s"])
+    ort_check(model, {"x": x})
+
+
 def test_resize_opset10_and_uint8(rng, single_node, ort_check):
     x = rng.standard_normal((1, 1, 3, 4)).astype(F32)
     ort_check(single_node("Resize", {"x": x}, [("y", F32)], {"mode": "nearest"}, {"s": np.array([1, 1, 2, 3], F32)},

@@ -15,7 +15,7 @@ import onnx_graphsurgeon as gs
 from ...graph import const_value
 from ..engine import Match, Rule
 from ..pattern import const, op, var
-from . import norm_affine
+from . import layernorm_scaled, norm_affine
 from .norm_stats import divided_by, norm_params
 
 x = var("x")
@@ -36,4 +36,5 @@ _mean = op.ReduceMean(x, name="mean", allow_extra_inputs=True)
 _centered = op.Sub(x, _mean)
 _STDS = tuple(op.Sqrt(op.Add(op.ReduceMean(sq, name="var", allow_extra_inputs=True), const("eps")))
               for sq in (op.Pow(_centered, const("two")), op.Mul(_centered, _centered)))
-RULES = tuple(Rule("layernorm", p, _rewrite, _check) for std in _STDS for p in divided_by(_centered, std)) + norm_affine.RULES
+RULES = tuple(Rule("layernorm", p, _rewrite, _check) for std in _STDS for p in divided_by(_centered, std)) + \
+    layernorm_scaled.RULES + norm_affine.RULES

@@ -17,7 +17,10 @@ def divided_by(numer, std):
 
 
 def _suffix_axis(node: gs.Node, rank: int | None) -> int | None:
-    """ReduceMean axes (attribute before opset 18, input after) as one LayerNorm-style axis < 0."""
+    """ReduceMean axes (attribute before opset 18, input after) as one LayerNorm-style axis < 0;
+    GlobalAveragePool averages every dim after the second."""
+    if node.op == "GlobalAveragePool":
+        return 2 - rank if rank is not None and rank >= 3 else None
     axes = node.attrs.get("axes", const_value(node.inputs[1]) if len(node.inputs) > 1 else None)
     if node.attrs.get("keepdims", 1) != 1 or (axes is None and (len(node.inputs) > 1 or rank is None
                                                                  or node.attrs.get("noop_with_empty_axes", 0))):

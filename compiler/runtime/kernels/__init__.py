@@ -39,6 +39,7 @@ from . import (
     rnn,
     shape,
     signal,
+    text,
     tuned_gemm,
     vision,
 )
@@ -47,7 +48,7 @@ from .half import WIDENED, widen_half
 _THESE_MODULES = re.escape(__name__) + r"(\.|$)"
 
 FAMILIES = (elementwise, cast, activation, reduce, shape, gather_scatter, conv, pool, gemm, norm, attention, resize,
-            quant, loss, vision, signal, rnn, tuned_gemm, paged_attention, batch_invariant, chain,
+            quant, loss, vision, signal, text, rnn, tuned_gemm, paged_attention, batch_invariant, chain,
             conv_epilogue, fake_quant)
 
 

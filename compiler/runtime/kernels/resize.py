@@ -34,6 +34,8 @@ def _source_coords(mode, out_len, in_len, scale, roi):
         return x + start * (in_len - 1)
     if mode == "pytorch_half_pixel":
         return np.full(out_len, -0.5) if out_float == 1 else (y + 0.5) / scale - 0.5
+    if mode == "tf_half_pixel_for_nn":  # TF's nearest with half-pixel centers (tf2onnx writes it at any opset)
+        return (y + 0.5) / scale
     if mode == "half_pixel_symmetric":
         offset = in_len / 2 * (1 - out_len / out_float)
         return offset + (y + 0.5) / scale - 0.5
