@@ -92,7 +92,7 @@ def test_top_k_opset_1_takes_k_as_an_attribute(rng, single_node, ort_check):
 @pytest.mark.parametrize("axis", [-1, 0])
 def test_top_k_of_a_few_among_many_selects_then_sorts_like_onnxruntime(largest, axis, rng, single_node, ort_check):
     """k far below the axis takes the partition path (ties at the k-th value: the lowest indexes)."""
-    shape = (300, 3) if axis == 0 else (3, 300)
+    shape = (1200, 3) if axis == 0 else (3, 1200)
     x = rng.integers(0, 40, shape).astype(F32)  # many ties, also at the k-th value
     model = single_node("TopK", {"x": x}, [("v", F32), ("i", I64)], {"axis": axis, "largest": largest},
                         {"k": np.array([7], I64)}, opset=11)
@@ -103,7 +103,7 @@ def test_top_k_partition_path_equals_the_full_sort(rng, monkeypatch):
     from infc.compiler.runtime.kernels import gather_scatter
     from infc.compiler.runtime.kernels.common import KernelContext
 
-    x = rng.integers(0, 9, (5, 400)).astype(F32)
+    x = rng.integers(0, 9, (5, 1200)).astype(F32)
     x[1, :5] = np.nan  # NaNs sort last
     all_nan = x.copy()
     all_nan[2] = np.nan  # a row whose k-th key is NaN: the full sort judges
