@@ -17,6 +17,24 @@ DEFAULT_M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 DEFAULT_BUDGET_S = 60.0
 TOP_LEVEL_KEYS = {"inputs", "dims", "tune", "decode"}
 DECODE_KEYS = {"max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks", "max_model_len"}
+# YAML 1.1 reads bare on/off/yes/no/true/false as booleans and null/~ as None; no profile field is
+# either, but input and dim names can be (an EmbeddingBag's `off`sets input), so they stay text
+_NOT_NAMES = ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:null")
+
+
+class _ProfileLoader(yaml.SafeLoader):
+    """A safe loader for which mapping keys are names, kept as written (`010:` is '010', not 8)."""
+
+    def construct_mapping(self, node, deep=False):
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.tag != "tag:yaml.org,2002:merge":
+                key_node.tag = "tag:yaml.org,2002:str"
+        return super().construct_mapping(node, deep)
+
+
+_ProfileLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in _NOT_NAMES]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
 
 @dataclass(frozen=True)
@@ -50,7 +68,7 @@ def load_profile(path: str | Path) -> Profile:
     if not path.is_file():
         raise BadInput(f"{path}: no such profile file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_ProfileLoader)  # noqa: S506 (a SafeLoader)
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: not valid YAML: {str(exc).splitlines()[0]}") from None
     return parse_profile(data, str(path))

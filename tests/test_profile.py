@@ -63,3 +63,14 @@ def test_building_without_a_profile_says_which_dims_it_fixed():
     note = defaulted_dims_note(MODEL_INPUTS + [{"name": "mask", "dtype": "int64", "shape": [None, 7]}])
     assert "pixel_values[batch, 3, 224, 224]" in note and "mask[None, 7]" in note and "--profile" in note
     assert defaulted_dims_note([{"name": "x", "dtype": "float32", "shape": [1, 3]}]) is None
+
+
+def test_input_and_dim_names_are_read_as_written(tmp_path):
+    # YAML 1.1 reads bare `off`, `yes`, `null` and `010` as False, True, None and 8: as mapping keys
+    # they are names (an EmbeddingBag's `off`sets input), so they stay the text the user wrote
+    path = tmp_path / "p.yaml"
+    path.write_text("dims:\n  on: {min: 1, opt: 2, max: 3}\n"
+                    "inputs:\n  off: [on]\n  yes: [1, 2]\n  null: [3]\n  010: [4]\n  1.50: [5]\n")
+    profile = load_profile(path)
+    assert set(profile.inputs) == {"off", "yes", "null", "010", "1.50"}
+    assert profile.inputs["off"].max == (3,)
