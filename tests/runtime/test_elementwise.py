@@ -1,3 +1,5 @@
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -132,3 +134,22 @@ def test_ieee_specials_are_values_not_warnings(graph_of, ort_check):
     with warnings.catch_warnings(record=True) as caught:  # the filters as they stand, recorded
         ort_check(model, {"x": x})
     assert not [w for w in caught if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_float64_erf_and_gelu_keep_float64_accuracy(compiled, rng, single_node, native):
+    # the float32 fits are 1e-7 off: a float64 model (scientific code) wants libm's erf
+    import math
+
+    from infc.compiler.runtime import jit
+
+    x = np.concatenate([rng.standard_normal(200) * 3, [0.0, -1e-9, 6.0, -30.0, np.inf, -np.inf]])
+    expected_erf = np.array([math.erf(v) for v in x])
+    finite = x[:-2]
+    expected_gelu = finite * 0.5 * (1.0 + np.array([math.erf(v / math.sqrt(2.0)) for v in finite]))
+    with jit.disabled() if not compiled else contextlib.nullcontext():
+        erf = native(single_node("Erf", {"x": x}, [("y", np.float64)], opset=13), {"x": x})["y"]
+        gelu = native(single_node("Gelu", {"x": finite}, [("y", np.float64)], opset=20), {"x": finite})["y"]
+    assert erf.dtype == gelu.dtype == np.float64
+    np.testing.assert_allclose(erf, expected_erf, rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(gelu, expected_gelu, rtol=1e-14, atol=1e-300)

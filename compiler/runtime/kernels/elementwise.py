@@ -6,8 +6,11 @@ Binary ops keep the input dtype (ONNX requires both sides to match); exotic floa
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from ..jit import jit
 from .common import broadcast_shape, is_exotic, to_compute
 
 
@@ -123,9 +126,28 @@ def erf_f32(x: np.ndarray, scale: float = 1.0, x_scale: float = 1.0) -> np.ndarr
     return p
 
 
+@jit
+def _erf_loop(x, out):
+    for i in range(x.size):
+        out[i] = math.erf(x[i])
+
+
+def erf_f64(x: np.ndarray) -> np.ndarray:
+    """erf of float64 data to float64 accuracy (libm's): the fits above stop near float32's."""
+    flat = np.ascontiguousarray(x).reshape(-1)
+    compiled = _erf_loop.get()
+    if compiled is None:
+        return np.frompyfunc(math.erf, 1, 1)(flat).astype(np.float64).reshape(x.shape)
+    out = np.empty_like(flat)
+    compiled(flat, out)
+    return out.reshape(x.shape)
+
+
 def erf(x: np.ndarray) -> np.ndarray:
     if x.dtype == np.float32:
         return erf_f32(x)
+    if x.dtype == np.float64:
+        return erf_f64(x)
     if x.dtype == np.float16:
         return erf_f32(x.astype(np.float32)).astype(np.float16)
     dtype = x.dtype if x.dtype.kind == "f" else np.dtype(np.float32)
