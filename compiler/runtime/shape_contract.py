@@ -1,7 +1,7 @@
 """Runs that fail because the model's own shapes disagree at the sizes fed.
 
 A model exported with dynamic height and width often works only at some of them: an odd feature map
-added to an upsampled copy of its pooled half (HRNet, DLA), a Reshape whose target was fixed at
+added to (or concatenated with) an upsampled copy of its pooled half (HRNet, DLA, UNets), a Reshape whose target was fixed at
 export (TorchScript traces of MobileViT). Such a run fails in onnxruntime as well; it is the
 caller's input that does not fit the model, not an infc fault, so it is reported as bad input
 (exit 2) naming the input shapes, never as an internal error.
@@ -18,6 +18,12 @@ SHAPE_CONTRADICTIONS = (
     "cannot reshape array of size",                # NumPy reshape: a target size fixed at export
     "Attempting to broadcast an axis",             # onnxruntime element-wise kernels
     "cannot be reshaped to the requested shape",   # onnxruntime Reshape
+    # a skip connection concatenated with an upsampled half-size map (UNets at odd sizes)
+    "except for the concatenation axis must match",  # NumPy concatenate
+    "Non concat axis dimensions must match",       # onnxruntime Concat
+    "has a mismatch in its core dimension",        # NumPy matmul
+    "MatMul dimension mismatch",                   # onnxruntime MatMul
+    "operand cannot broadcast on dim",             # onnxruntime MatMul batch dims
 )
 
 

@@ -21,6 +21,27 @@ def test_broadcast_and_reshape_failures_contradict_shapes():
     assert contradicts_shapes(_raised(lambda: broadcast_shape((1, 4, 9, 9), (1, 4, 8, 8))))
     assert contradicts_shapes(_raised(lambda: np.add(np.ones((9, 9)), np.ones((8, 8)))))
     assert contradicts_shapes(_raised(lambda: np.ones(81).reshape(8, 8)))
+    assert contradicts_shapes(_raised(lambda: np.concatenate([np.ones((1, 2, 21)), np.ones((1, 2, 22))], 1)))
+    assert contradicts_shapes(_raised(lambda: np.matmul(np.ones((3, 4)), np.ones((5, 2)))))
+
+
+def _ort_failure(op, shapes, attrs=None) -> BaseException:
+    inputs = [helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, [f"d{k}_{j}" for j in range(len(shape))])
+              for k, shape in enumerate(shapes)]
+    node = helper.make_node(op, [i.name for i in inputs], ["y"], **(attrs or {}))
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    feeds = {i.name: np.ones(shape, np.float32) for i, shape in zip(inputs, shapes)}
+    return _raised(lambda: ort_session(model).run(None, feeds))
+
+
+@pytest.mark.parametrize("op,shapes,attrs", [
+    ("Concat", [(1, 2, 21), (1, 2, 22)], {"axis": 1}),  # a UNet's skip at an odd size
+    ("MatMul", [(3, 4), (5, 2)], None),
+    ("MatMul", [(2, 3, 4), (3, 4, 5)], None),
+])
+def test_onnxruntime_concat_and_matmul_failures_contradict_shapes(op, shapes, attrs):
+    assert contradicts_shapes(_ort_failure(op, shapes, attrs))
 
 
 @pytest.mark.parametrize("op", ["Add", "Reshape"])
