@@ -7,15 +7,19 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .fp32_ops import ATTRIBUTE_TYPED_OPS, NUMPY_DTYPES, retyped_attribute_node
+from .fp32_ops import ATTRIBUTE_TYPED_OPS, NUMPY_DTYPES, largest_finite, retyped_attribute_node
+from .graph_types import opsets
 from .plan import EMULATED, FLOAT, KEEP, LOW
 
 _SUFFIX = {onnx.TensorProto.FLOAT: "fp32", onnx.TensorProto.FLOAT16: "fp16", onnx.TensorProto.BFLOAT16: "bf16"}
 
 
 class Emitter:
-    def __init__(self, model: onnx.ModelProto, sources: dict[str, np.ndarray], homes: dict[str, int]):
-        self.sources, self.homes = sources, homes
+    def __init__(self, model: onnx.ModelProto, sources: dict[str, np.ndarray], homes: dict[str, int],
+                 saturate: set[str] = frozenset()):
+        """`saturate`: fp32 values whose Casts to a low type clip to its largest finite first (plan.py)."""
+        self.sources, self.homes, self.saturate = sources, homes, saturate
+        self._opset = opsets(model).get("", 1)
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
         self._casts: dict[tuple[str, int], str] = {}
@@ -48,10 +52,24 @@ class Emitter:
     def cast(self, name: str, elem: int) -> str:
         key = (name, elem)
         if key not in self._casts:
+            source = self._saturated(name, elem) if name in self.saturate and elem != FLOAT else name
             self._casts[key] = self.fresh(f"{name}/{_SUFFIX.get(elem, elem)}")
-            self.nodes.append(helper.make_node("Cast", [name], [self._casts[key]], name=self.fresh(f"{name}/cast"), to=elem))
+            self.nodes.append(helper.make_node("Cast", [source], [self._casts[key]], name=self.fresh(f"{name}/cast"), to=elem))
             self.num_casts += 1
         return self._casts[key]
+
+    def _saturated(self, name: str, elem: int) -> str:
+        """`name` clipped to the range of `elem`: float32's lowest becomes fp16's, as an fp16 model fills masks."""
+        limit = largest_finite(NUMPY_DTYPES[elem])
+        out = self.fresh(f"{name}/saturated")
+        if self._opset >= 11:  # Clip's bounds are inputs from opset 11
+            bounds = [self.fresh(f"{name}/lowest"), self.fresh(f"{name}/largest")]
+            self.initializers += [numpy_helper.from_array(np.array(v, np.float32), b) for v, b in zip((-limit, limit), bounds)]
+            node = helper.make_node("Clip", [name, *bounds], [out], name=self.fresh(f"{name}/saturate"))
+        else:
+            node = helper.make_node("Clip", [name], [out], name=self.fresh(f"{name}/saturate"), min=-limit, max=limit)
+        self.nodes.append(node)
+        return out
 
     def emit(self, node: onnx.NodeProto, plan, sig, low: int, types) -> None:
         out = onnx.NodeProto()

@@ -81,11 +81,23 @@ def fits(values: np.ndarray, dtype: np.dtype) -> str | None:
         return None
     finite = np.isfinite(values)
     largest = float(np.abs(values[finite]).max()) if finite.any() else 0.0
-    if largest > float(ml_dtypes.finfo(dtype).max):
+    if exceeds(values, dtype):
         return f"a constant input overflows {dtype.name}"
     if largest > 0 and not np.any(values[finite].astype(dtype)):
         return f"a constant input underflows to zero in {dtype.name}"
     return None
+
+
+def largest_finite(dtype: np.dtype) -> float:
+    return float(ml_dtypes.finfo(dtype).max)
+
+
+def exceeds(values: np.ndarray, dtype: np.dtype) -> bool:
+    """Finite `values` past `dtype`'s range (float32's lowest as a mask fill): cast, they become inf."""
+    if values.size == 0 or values.dtype.kind != "f":
+        return False
+    finite = np.abs(values[np.isfinite(values)])
+    return finite.size > 0 and float(finite.max()) > largest_finite(dtype)
 
 
 def retyped_attribute_node(node: onnx.NodeProto, low: int) -> onnx.NodeProto:

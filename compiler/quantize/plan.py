@@ -15,6 +15,7 @@ from .fp32_ops import (
     INFC_CPU_LOW_OPS,
     INFC_CPU_READERS,
     NUMPY_DTYPES,
+    exceeds,
     fits,
     retyped_attribute_node,
 )
@@ -51,6 +52,14 @@ class _Context:
     homes: dict[str, int] = field(default_factory=dict)
     index_valued: set[str] = field(default_factory=set)
     feeds_subgraph: set[str] = field(default_factory=set)
+    # fp32 values that may hold finite magnitudes past the low type's range: computed in fp32 from a
+    # constant that does not fit it (a mask filled with float32's lowest). Where a low-precision
+    # node reads one, the conversion saturates it (emit.py) rather than let the Cast make it inf.
+    beyond_low: set[str] = field(default_factory=set)
+
+    def reads_beyond_low(self, node: onnx.NodeProto, runtime_inputs: list[str]) -> bool:
+        return any(n in self.beyond_low for n in runtime_inputs) or any(
+            n in self.sources and exceeds(self.sources[n], NUMPY_DTYPES[self.low]) for n in node.input if n)
 
     def is_index_computation(self, node: onnx.NodeProto, runtime_inputs: list[str]) -> bool:
         return bool(runtime_inputs) and all(n in self.index_valued for n in runtime_inputs) and all(
@@ -84,13 +93,16 @@ def plan_nodes(model: onnx.ModelProto, types: dict[str, ValueType], sources: dic
         else:
             plans[node.name] = _plan(ctx, node, params, runtime_inputs, groups)
         state, converts = plans[node.name].state, plans[node.name].converts
+        is_beyond_low = ctx.reads_beyond_low(node, runtime_inputs)
         for index, name in enumerate(node.output):
             original = types.get(name, _UNKNOWN).elem_type
             is_low = sig is not None and sig.output_param(index) in converts and state in (LOW, EMULATED)
             ctx.homes[name] = low if is_low else original
             if original == FLOAT and ctx.is_index_computation(node, runtime_inputs):
                 ctx.index_valued.add(name)
-    return plans, ctx.homes
+            if ctx.homes[name] == FLOAT and is_beyond_low:
+                ctx.beyond_low.add(name)
+    return plans, ctx.homes, ctx.beyond_low
 
 
 def _plan(ctx: _Context, node, params, runtime_inputs, groups) -> NodePlan:

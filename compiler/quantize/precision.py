@@ -78,8 +78,8 @@ def convert_precision(model: onnx.ModelProto | Prepared, precision: str, keep_io
     types, constants = prepared.types, prepared.constants
     model = onnx.ModelProto()
     model.CopyFrom(prepared.model)
-    plans, homes = plan_nodes(model, types, constants, low, keep_io_types, fp32_ops, set(pinned), kernels)
-    emitter = Emitter(model, constants, homes)
+    plans, homes, beyond_low = plan_nodes(model, types, constants, low, keep_io_types, fp32_ops, set(pinned), kernels)
+    emitter = Emitter(model, constants, homes, saturate=beyond_low)
     for node in model.graph.node:
         if node.op_type == "Constant" and node.output[0] in constants:
             emitter.nodes.append(node)

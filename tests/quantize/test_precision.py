@@ -145,3 +145,35 @@ def test_int8_on_a_float16_model_says_nothing_was_quantized():
     model = _half_matmul_model()
     _, report = quantize_int8(model, (random_feeds(model, seed) for seed in range(2)))
     assert report.quantized == {} and any("nothing quantized" in note for note in report.notes)
+
+
+def _masked_attention_model():
+    # a padding mask filled with float32's lowest value (HF's finfo.min), computed from the integer
+    # mask (so it stays fp32), into an attention that computes in fp16: batch 1 is all padding
+    ms = "com.microsoft"
+    nodes = [helper.make_node("Equal", ["mask", "zero"], ["is_pad"], name="is_pad"),
+             helper.make_node("Where", ["is_pad", "lowest", "zero_f"], ["bias"], name="fill"),
+             helper.make_node("Unsqueeze", ["bias", "axes"], ["bias4"], name="unsqueeze"),
+             helper.make_node("Expand", ["bias4", "bias_shape"], ["bias_full"], name="expand"),
+             helper.make_node("MultiHeadAttention", ["x", "x", "x", "", "", "bias_full"], ["y"], name="mha",
+                              domain=ms, num_heads=2)]
+    inits = {"zero": np.array(0, np.int64), "lowest": np.array(np.finfo(F32).min, F32), "zero_f": np.array(0, F32),
+             "axes": np.array([1, 2], np.int64), "bias_shape": np.array([2, 1, 8, 8], np.int64)}
+    return make_model(nodes, [("x", F32, [2, 8, 8]), ("mask", np.int64, [2, 8])], [("y", F32, [2, 8, 8])], inits,
+                      extra_opsets=[(ms, 1)])
+
+
+@pytest.mark.parametrize("kernels", ["infc-cpu", "onnxruntime"])
+def test_fp32_mask_past_the_fp16_range_saturates_where_an_fp16_op_reads_it(kernels):
+    # cast to fp16 it would be -inf, a fully masked row NaN, and the next layer NaN everywhere; fp16
+    # models fill masks with fp16's lowest (-65504), which the conversion clips to. (A fully masked
+    # row means nothing: fp32 averages all keys, float32's lowest swallowing the scores; fp16 not.)
+    model = _masked_attention_model()
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 8, 8)).astype(F32),
+             "mask": np.array([[1] * 5 + [0] * 3, [0] * 8], np.int64)}
+    converted, report = convert_precision(model, "fp16", kernels=kernels)
+    assert "mha" in report.low_nodes
+    (expected,) = ort_session(model).run(None, feeds)
+    (actual,) = ort_session(converted).run(None, feeds)
+    assert np.isfinite(actual).all()
+    np.testing.assert_allclose(actual[0], expected[0], rtol=0, atol=1e-2 * np.abs(expected[0]).max())
