@@ -28,6 +28,8 @@ from typing import Callable
 
 import numpy as np
 
+from .ort_crashes import optimizers_to_disable
+
 TACTIC = "onnxruntime"
 NATIVE = "infc"
 TACTICS = (NATIVE, TACTIC)
@@ -203,7 +205,8 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
         options.intra_op_num_threads = int(threads)
     if handed:
         options.add_external_initializers(list(handed), [ort.OrtValue.ortvalue_from_numpy(v) for v in handed.values()])
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=optimizers_to_disable(graph.node) or None)
 
 
 # Weights from this size are handed to onnxruntime as arrays (add_external_initializers: one copy, at
