@@ -14,6 +14,15 @@ def test_grid_sample(mode, padding, align, rng, single_node, ort_check):
     ort_check(single_node("GridSample", {"x": x, "g": grid}, [("y", F32)], attrs, opset=20), {"x": x, "g": grid})
 
 
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+def test_volumetric_grid_sample(mode, padding, rng, single_node, ort_check):
+    x = rng.standard_normal((2, 3, 4, 5, 6)).astype(F32)
+    grid = (rng.random((2, 3, 4, 5, 3)) * 2.6 - 1.3).astype(F32)
+    attrs = {"mode": mode, "padding_mode": padding, "align_corners": 0}
+    ort_check(single_node("GridSample", {"x": x, "g": grid}, [("y", F32)], attrs, opset=20), {"x": x, "g": grid})
+
+
 def test_affine_grid(rng, single_node, ort_check):
     theta = rng.standard_normal((2, 2, 3)).astype(F32)
     for align in (0, 1):

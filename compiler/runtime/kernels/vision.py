@@ -54,34 +54,36 @@ def grid_sample(inputs, attrs, ctx):
         elif padding == "reflection":
             c = _reflect(c, lows[i], highs[i])
         coords.append(c)
-    batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (grid.ndim - 2))
-
-    def pixels(index):  # index: per-dim integer arrays (N, *out) -> values (N, *out, C)
-        valid = np.ones(index[0].shape, bool)
-        fixed = []
-        for i, (ix, d) in enumerate(zip(index, dims)):
-            if padding == "zeros":
-                valid &= (ix >= 0) & (ix < d)
-                ix = np.clip(ix, 0, d - 1)
-            elif padding == "border":
-                ix = np.clip(ix, 0, d - 1)
-            else:
-                ix = np.clip(_reflect(ix.astype(np.float64), lows[i], highs[i]).astype(np.int64), 0, d - 1)
-            fixed.append(ix)
-        values = x[(batch, slice(None)) + tuple(fixed)]
-        return np.where(valid[..., None], values, 0)
-
-    if mode == "nearest":
-        y = pixels([c.astype(np.int64) for c in coords])
-    else:
-        taps = 2 if mode == "linear" else 4
-        base = [np.floor(c).astype(np.int64) - (0 if taps == 2 else 1) for c in coords]
-        frac = [c - np.floor(c) for c in coords]
-        weights = [[1 - f, f] if taps == 2 else _cubic_weights(f) for f in frac]
-        y = 0
-        for corner in itertools.product(range(taps), repeat=nd):
-            w = np.prod([weights[i][k] for i, k in enumerate(corner)], axis=0)
-            y = y + pixels([base[i] + k for i, k in enumerate(corner)]) * w[..., None]
+    # every tap of every dim gathered at once (a bicubic 2-D sample has 16 taps: one NumPy pass each
+    # cost 1.9 ms on a 70-point grid); taps are trailing axes, one per dim, summed at the end
+    taps = 1 if mode == "nearest" else 2 if mode == "linear" else 4
+    num_out = grid.ndim - 1  # N and the output's spatial dims
+    index, weight, valid = [], 1.0, True
+    for i, (c, d) in enumerate(zip(coords, dims)):
+        tap_shape = (1,) * (num_out + i) + (taps,) + (1,) * (nd - 1 - i)
+        floor = np.floor(c)
+        if mode == "nearest":
+            ix, w = c.astype(np.int64)[..., None], None
+        else:
+            ix = (floor.astype(np.int64) - (0 if taps == 2 else 1))[..., None] + np.arange(taps)
+            frac = c - floor
+            w = np.stack([1 - frac, frac] if taps == 2 else _cubic_weights(frac), axis=-1)
+        if padding == "zeros":
+            valid = valid & ((ix >= 0) & (ix < d)).reshape(ix.shape[:num_out] + tap_shape[num_out:])
+            ix = np.clip(ix, 0, d - 1)
+        elif padding == "border":
+            ix = np.clip(ix, 0, d - 1)
+        else:
+            ix = np.clip(_reflect(ix.astype(np.float64), lows[i], highs[i]).astype(np.int64), 0, d - 1)
+        index.append(ix.reshape(ix.shape[:num_out] + tap_shape[num_out:]))
+        if w is not None:
+            weight = weight * w.reshape(w.shape[:num_out] + tap_shape[num_out:])
+    batch = np.arange(x.shape[0]).reshape((-1,) + (1,) * (num_out - 1 + nd))
+    values = x[(batch, slice(None)) + tuple(index)]  # (N, *out, *taps, C)
+    if padding == "zeros":  # taps outside read 0 (times a NaN weight still NaN, as compiled)
+        values = np.where(valid[..., None], values, 0)
+    tap_axes = tuple(range(num_out, num_out + nd))
+    y = np.sum(values * np.asarray(weight)[..., None], axis=tap_axes)
     return [np.moveaxis(np.asarray(y), -1, 1).astype(x.dtype)]
 
 
