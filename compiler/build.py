@@ -144,7 +144,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         try:
             _, shapes_by_level[level] = sample_run(program, feeds)
         except InfcError as exc:
-            _explain_sample_failure(model_path, model, program, feeds, feeds is given, level, exc)
+            _explain_sample_failure(model_path, model, program, feeds, feeds is given, level, exc, given)
     max_shapes = shapes_by_level["max"]
     sizes = {n: int(np.prod(s)) * np.dtype(d).itemsize for n, (s, d) in max_shapes.items()
              if n not in program.weights and n not in {i["name"] for i in program.inputs}}
@@ -229,7 +229,7 @@ def _level_feeds(program: Program, shapes: dict, rows: dict, given: dict | None,
 
 
 def _explain_sample_failure(model_path: Path, model, program: Program, feeds: dict, is_given: bool, level: str,
-                            exc: Exception) -> None:
+                            exc: Exception, given: dict | None = None) -> None:
     """A sample run failed: when onnxruntime cannot run the original model on the same random
     inputs either, the inputs are at fault (bad input, say what to do); otherwise it is ours."""
     if is_given:
@@ -239,9 +239,13 @@ def _explain_sample_failure(model_path: Path, model, program: Program, feeds: di
     try:
         ort_session(model).run(None, feeds)
     except Exception as ort_exc:  # noqa: BLE001 - its message is the explanation
+        # given inputs stand in only at their own shapes: at other levels say so, not "give --inputs"
+        hint = ("give representative inputs with --inputs FEEDS.npz" if given is None else
+                "the --inputs given stand in only at their own shapes ("
+                + ", ".join(f"{n} {list(a.shape)}" for n, a in given.items())
+                + "); set the profile's levels to shapes the model runs at on random inputs, or to those")
         raise BadInput(f"{model_path}: the model does not run on random inputs at the profile's {level} shapes "
-                       f"(onnxruntime fails too: {str(ort_exc).splitlines()[0][:160]}); give representative inputs "
-                       "with --inputs FEEDS.npz") from None
+                       f"(onnxruntime fails too: {str(ort_exc).splitlines()[0][:160]}); {hint}") from None
     raise exc
 
 
