@@ -150,8 +150,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
             with phase(f"sample run at the profile's {level} shapes", spin):
                 _, shapes_by_level[level] = sample_run(program, feeds)
         except InfcError as exc:
-            _explain_sample_failure(model_path, model, program, feeds, feeds is given, level, exc,
-                                    has_given=given is not None)
+            _explain_sample_failure(model_path, model, program, feeds, feeds is given, level, exc, given)
     max_shapes = shapes_by_level["max"]
     sizes = {n: int(np.prod(s)) * np.dtype(d).itemsize for n, (s, d) in max_shapes.items()
              if n not in program.weights and n not in {i["name"] for i in program.inputs}}
@@ -240,10 +239,10 @@ def _level_feeds(program: Program, shapes: dict, rows: dict, given: dict | None,
 
 
 def _explain_sample_failure(model_path: Path, model, program: Program, feeds: dict, is_given: bool, level: str,
-                            exc: Exception, has_given: bool = False) -> None:
+                            exc: Exception, given: dict | None = None) -> None:
     """A sample run failed: when onnxruntime cannot run the original model on the same random
     inputs either, the inputs are at fault (bad input, say what to do); otherwise it is ours.
-    `has_given`: --inputs were given, but with other shapes than this level's, so random ones ran."""
+    `given`: the --inputs, given but with other shapes than this level's, so random ones ran."""
     if is_given:
         if isinstance(exc, BadInput):  # the given inputs do not fit the model's shapes
             raise BadInput(f"{model_path}: {exc}") from exc
@@ -251,9 +250,11 @@ def _explain_sample_failure(model_path: Path, model, program: Program, feeds: di
     try:
         ort_session(model).run(None, feeds)
     except Exception as ort_exc:  # noqa: BLE001 - its message is the explanation
-        hint = ("--inputs stand in only at the profile level whose shapes they have: give a profile whose min, opt "
-                "and max are their shapes, or leave --profile out") if has_given else \
-            "give representative inputs with --inputs FEEDS.npz"
+        # given inputs stand in only at their own shapes: at other levels say so, not "give --inputs"
+        hint = ("give representative inputs with --inputs FEEDS.npz" if given is None else
+                "--inputs stand in only at the profile level whose shapes they have ("
+                + ", ".join(f"{n} {list(a.shape)}" for n, a in given.items())
+                + "): give a profile whose min, opt and max are their shapes, or leave --profile out")
         raise BadInput(f"{model_path}: the model does not run on random inputs at the profile's {level} shapes "
                        f"(onnxruntime fails too: {str(ort_exc).splitlines()[0][:160]}); {hint}") from None
     raise exc

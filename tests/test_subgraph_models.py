@@ -102,3 +102,27 @@ def test_build_takes_representative_inputs_for_value_dependent_models(tmp_path):
     run = subprocess.run([sys.executable, "-m", "infc.cli", "run", str(tmp_path / "p.plan"), "--inputs", str(feeds),
                           "--iterations", "1"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def test_build_with_inputs_at_other_shapes_than_a_failing_level_says_so(tmp_path):
+    """--inputs stand in only at their own shapes; when random inputs at another level fail (as a
+    detector's data-dependent Reshape does), the error names the given shapes instead of asking
+    for --inputs again."""
+    import subprocess
+    import sys
+
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "four"], ["y"])], "fixed_size",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor("four", TensorProto.INT64, [1], [4])])
+    path = tmp_path / "fixed_size.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    feeds, profile = tmp_path / "feeds.npz", tmp_path / "shapes.yaml"
+    np.savez(feeds, x=np.arange(4, dtype=np.float32))
+    profile.write_text("inputs:\n  x: {min: [2], opt: [4], max: [4]}\n")
+    result = subprocess.run([sys.executable, "-m", "infc.cli", "build", str(path), "-o", str(tmp_path / "p.plan"),
+                             "--no-cache", "--target", "cpu", "--profile", str(profile), "--inputs", str(feeds)],
+                            capture_output=True, text=True)
+    line = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and not (tmp_path / "p.plan").exists() and line.startswith(f"error: {path}: ")
+    assert "at the profile's min shapes" in line and "--inputs stand in only at the profile level whose shapes they have (x [4])" in line

@@ -32,12 +32,14 @@ def test_affine_grid(rng, single_node, ort_check):
 
 
 @pytest.mark.parametrize("mode", ["avg", "max"])
-def test_roi_align(mode, rng, single_node, ort_check):
+@pytest.mark.parametrize("opset", [11, 16])  # RoiAlign-10 does not shift by half a pixel; 16's default does
+@pytest.mark.parametrize("ratio", [0, 2])  # 0: a sampling grid per box, sized by the box
+def test_roi_align(mode, opset, ratio, rng, single_node, ort_check):
     x = rng.standard_normal((2, 3, 10, 10)).astype(F32)
     rois = np.array([[0, 0, 9, 9], [1.5, 2.2, 6.1, 8.3], [3, 3, 4, 4]], F32)
     inits = {"r": rois, "b": np.array([0, 1, 1], np.int64)}
-    attrs = {"mode": mode, "output_height": 3, "output_width": 4, "sampling_ratio": 2, "spatial_scale": 0.9}
-    ort_check(single_node("RoiAlign", {"x": x}, [("y", F32)], attrs, inits, opset=16), {"x": x})
+    attrs = {"mode": mode, "output_height": 3, "output_width": 4, "sampling_ratio": ratio, "spatial_scale": 0.9}
+    ort_check(single_node("RoiAlign", {"x": x}, [("y", F32)], attrs, inits, opset=opset), {"x": x})
 
 
 @pytest.mark.parametrize("center", [0, 1])

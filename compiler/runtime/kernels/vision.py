@@ -102,7 +102,10 @@ def roi_align(inputs, attrs, ctx):
     x, rois, batch_index = inputs
     out_h, out_w = attrs.get("output_height", 1), attrs.get("output_width", 1)
     ratio, scale = attrs.get("sampling_ratio", 0), attrs.get("spatial_scale", 1.0)
-    half_pixel = attrs.get("coordinate_transformation_mode", "half_pixel") == "half_pixel"
+    # RoiAlign-10 has no such attribute and never shifts by half a pixel (torchvision's aligned=False);
+    # opset 16 added it with half_pixel as the default
+    default_mode = "half_pixel" if ctx.opset >= 16 else "output_half_pixel"
+    half_pixel = attrs.get("coordinate_transformation_mode", default_mode) == "half_pixel"
     is_max = attrs.get("mode", "avg") == "max"
     height, width = x.shape[2:]
     y = np.zeros((rois.shape[0], x.shape[1], out_h, out_w), dtype=x.dtype)
