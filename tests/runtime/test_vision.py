@@ -36,10 +36,35 @@ def test_affine_grid(rng, single_node, ort_check):
 @pytest.mark.parametrize("ratio", [0, 2])  # 0: a sampling grid per box, sized by the box
 def test_roi_align(mode, opset, ratio, rng, single_node, ort_check):
     x = rng.standard_normal((2, 3, 10, 10)).astype(F32)
-    rois = np.array([[0, 0, 9, 9], [1.5, 2.2, 6.1, 8.3], [3, 3, 4, 4]], F32)
-    inits = {"r": rois, "b": np.array([0, 1, 1], np.int64)}
+    rois = np.array([[0, 0, 9, 9], [1.5, 2.2, 6.1, 8.3], [3, 3, 4, 4], [2, 2, 2, 2]], F32)  # the last: empty
+    inits = {"r": rois, "b": np.array([0, 1, 1, 0], np.int64)}
     attrs = {"mode": mode, "output_height": 3, "output_width": 4, "sampling_ratio": ratio, "spatial_scale": 0.9}
     ort_check(single_node("RoiAlign", {"x": x}, [("y", F32)], attrs, inits, opset=opset), {"x": x})
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("opset", [11, 16])
+def test_compiled_roi_align_matches_the_numpy_path(mode, opset, rng):
+    """The compiled path (jit_roi_align.py) against the NumPy one: boxes past every edge, tiny and
+    huge ones, adaptive and fixed grids, both batch images, and enough boxes to share them between
+    threads."""
+    from infc.compiler.runtime import jit
+    from infc.compiler.runtime.kernels import kernel_for
+    from infc.compiler.runtime.kernels.common import KernelContext
+
+    roi_align = kernel_for("", "RoiAlign")
+    x = rng.standard_normal((2, 5, 13, 11)).astype(F32)
+    corners = rng.uniform(-30, 140, (200, 2))
+    rois = np.concatenate([corners, corners + rng.uniform(0, 90, (200, 2))], axis=1).astype(F32)
+    rois[:3] = [[0, 0, 0, 0], [-50, -50, 400, 400], [104, 96, 104.5, 96.5]]
+    batch = rng.integers(0, 2, 200).astype(np.int64)
+    for ratio in (0, 3):
+        attrs = {"mode": mode, "output_height": 7, "output_width": 6, "sampling_ratio": ratio, "spatial_scale": 0.125}
+        compiled = roi_align([x, rois, batch], attrs, KernelContext(opset))[0]
+        with jit.disabled():
+            plain = roi_align([x, rois, batch], attrs, KernelContext(opset))[0]
+        assert compiled.dtype == plain.dtype == np.float32 and compiled.shape == plain.shape == (200, 5, 7, 6)
+        np.testing.assert_allclose(compiled, plain, rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("center", [0, 1])

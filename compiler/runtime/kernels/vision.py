@@ -9,6 +9,7 @@ import numpy as np
 
 from .common import arg, ints
 from .jit_grid_sample import sample_bilinear
+from .jit_roi_align import roi_align_compiled
 
 
 def _reflect(x, low, high):
@@ -107,6 +108,9 @@ def roi_align(inputs, attrs, ctx):
     default_mode = "half_pixel" if ctx.opset >= 16 else "output_half_pixel"
     half_pixel = attrs.get("coordinate_transformation_mode", default_mode) == "half_pixel"
     is_max = attrs.get("mode", "avg") == "max"
+    compiled = roi_align_compiled(x, rois, batch_index, out_h, out_w, ratio, scale, half_pixel, is_max)
+    if compiled is not None:  # the same arithmetic, compiled (jit_roi_align.py)
+        return [compiled]
     height, width = x.shape[2:]
     y = np.zeros((rois.shape[0], x.shape[1], out_h, out_w), dtype=x.dtype)
     for r, (box, b) in enumerate(zip(rois.astype(np.float64), batch_index)):
@@ -116,6 +120,8 @@ def roi_align(inputs, attrs, ctx):
             roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
         grid_h = ratio if ratio > 0 else int(np.ceil(roi_h / out_h))
         grid_w = ratio if ratio > 0 else int(np.ceil(roi_w / out_w))
+        if grid_h * grid_w == 0:  # an empty box (half_pixel, zero size): no samples, 0 as onnxruntime gives
+            continue
         ys = start_h + (np.arange(out_h)[:, None] + (np.arange(grid_h)[None, :] + 0.5) / grid_h) * roi_h / out_h
         xs = start_w + (np.arange(out_w)[:, None] + (np.arange(grid_w)[None, :] + 0.5) / grid_w) * roi_w / out_w
         yy, xx = ys.reshape(out_h, 1, grid_h, 1), xs.reshape(1, out_w, 1, grid_w)
