@@ -136,3 +136,28 @@ def test_gather_nd_of_whole_rows_with_negative_indexes(rng, single_node, ort_che
     x = rng.standard_normal((5, 4)).astype(F32)
     idx = np.array([[3], [-1], [0], [-5]], I64)
     ort_check(single_node("GatherND", {"x": x}, [("y", F32)], {}, {"i": idx}), {"x": x})
+
+
+def test_scatter_elements_flat_put_equals_the_fancy_assignment(rng):
+    """ScatterElements without a reduction puts at flat offsets; against NumPy's fancy assignment
+    (one index array per dim) on random ranks, axes, smaller index shapes, negative and duplicate
+    indices (the later update wins in both)."""
+    from infc.compiler.runtime.kernels import gather_scatter
+
+    for _ in range(200):
+        ndim = int(rng.integers(1, 5))
+        shape = tuple(int(d) for d in rng.integers(1, 6, ndim))
+        axis = int(rng.integers(0, ndim))
+        index_shape = tuple(int(rng.integers(1, 8)) if d == axis else int(rng.integers(1, shape[d] + 1)) for d in range(ndim))
+        x = rng.standard_normal(shape).astype(F32)
+        indices = rng.integers(-shape[axis], shape[axis], index_shape)
+        updates = rng.standard_normal(index_shape).astype(F32)
+        grid = list(np.indices(index_shape, sparse=True))
+        grid[axis] = np.where(indices < 0, indices + shape[axis], indices)
+        expected = x.copy()
+        expected[tuple(grid)] = updates
+        np.testing.assert_array_equal(gather_scatter._scatter_flat(x, indices, updates, axis), expected)
+    with pytest.raises(IndexError, match="outside"):
+        gather_scatter._scatter_flat(np.zeros((3, 4), F32), np.array([[3]]), np.ones((1, 1), F32), 0)
+    with pytest.raises(IndexError, match="do not fit"):
+        gather_scatter._scatter_flat(np.zeros((3, 4), F32), np.zeros((1, 5), np.int64), np.ones((1, 5), F32), 0)

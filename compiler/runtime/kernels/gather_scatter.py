@@ -60,9 +60,33 @@ def _scatter_into(out: np.ndarray, index: tuple, updates: np.ndarray, reduction:
 def scatter_elements(inputs, attrs, ctx):
     x, indices, updates = inputs
     axis = norm_axis(attrs.get("axis", 0), x.ndim)
+    reduction = attrs.get("reduction", "none")
+    if reduction in ("none", None) and indices.size:
+        return [_scatter_flat(x, indices, updates, axis)]
     grid = list(np.indices(indices.shape, sparse=True))
     grid[axis] = _positive(indices, x.shape[axis])
-    return [_scatter_into(x.copy(), tuple(grid), updates, attrs.get("reduction", "none"))]
+    return [_scatter_into(x.copy(), tuple(grid), updates, reduction)]
+
+
+def _scatter_flat(x: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis: int) -> np.ndarray:
+    """ScatterElements without a reduction as one put at flat offsets: index * stride along the axis
+    plus each other coordinate times its stride, built from the small per-dim ranges. NumPy's fancy
+    assignment with one index array per dim walks them all (torchvision's MultiScaleRoIAlign
+    scatter of 100 x 256 x 7 x 7 pooled values: 18 ms). Later duplicates win, as there."""
+    index = indices.astype(np.int64, copy=False)
+    dim = x.shape[axis]
+    if ((index < -dim) | (index >= dim)).any():
+        raise IndexError(f"ScatterElements: an index is outside [-{dim}, {dim - 1}] on axis {axis}")
+    if indices.ndim != x.ndim or any(n > m for d, (n, m) in enumerate(zip(indices.shape, x.shape)) if d != axis):
+        raise IndexError(f"ScatterElements: indices of shape {list(indices.shape)} do not fit data of shape {list(x.shape)}")
+    strides = [math.prod(x.shape[d + 1:]) for d in range(x.ndim)]
+    flat = np.where(index < 0, index + dim, index) * strides[axis]
+    for d, size in enumerate(indices.shape):
+        if d != axis and size > 1:
+            flat += (np.arange(size, dtype=np.int64) * strides[d]).reshape((size,) + (1,) * (indices.ndim - d - 1))
+    out = np.array(x, copy=True, order="C")
+    out.reshape(-1)[flat.reshape(-1)] = np.broadcast_to(updates, indices.shape).reshape(-1)
+    return out
 
 
 def scatter_nd(inputs, attrs, ctx):
