@@ -75,12 +75,15 @@ def _scatter_flat(x: np.ndarray, indices: np.ndarray, updates: np.ndarray, axis:
     scatter of 100 x 256 x 7 x 7 pooled values: 18 ms). Later duplicates win, as there."""
     index = indices.astype(np.int64, copy=False)
     dim = x.shape[axis]
-    if ((index < -dim) | (index >= dim)).any():
+    lowest, highest = int(index.min()), int(index.max())  # two reductions: no full-size temporaries
+    if lowest < -dim or highest >= dim:
         raise IndexError(f"ScatterElements: an index is outside [-{dim}, {dim - 1}] on axis {axis}")
     if indices.ndim != x.ndim or any(n > m for d, (n, m) in enumerate(zip(indices.shape, x.shape)) if d != axis):
         raise IndexError(f"ScatterElements: indices of shape {list(indices.shape)} do not fit data of shape {list(x.shape)}")
     strides = [math.prod(x.shape[d + 1:]) for d in range(x.ndim)]
-    flat = np.where(index < 0, index + dim, index) * strides[axis]
+    flat = index * strides[axis]
+    if lowest < 0:  # negative indices count from the end
+        flat[index < 0] += dim * strides[axis]
     for d, size in enumerate(indices.shape):
         if d != axis and size > 1:
             flat += (np.arange(size, dtype=np.int64) * strides[d]).reshape((size,) + (1,) * (indices.ndim - d - 1))
