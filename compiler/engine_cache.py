@@ -128,9 +128,8 @@ class EngineCache:
             return []
         found = []
         for meta in sorted(self.engines.glob("*.json")):
-            try:
-                record = json.loads(meta.read_text())
-            except (OSError, ValueError):
+            record = _record(meta)
+            if not record:  # unreadable: not listed
                 continue
             plan = self.engines / f"{record.get('key')}.plan"
             record["plan_bytes"] = plan.stat().st_size if plan.is_file() else 0

@@ -101,7 +101,7 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
     return _tuning(table, reports, context, cache, log)
 
 
-def _tuning(table: list, reports: list, context: dict, cache: TimingCache | None = None, log=None) -> dict:
+def _tuning(table: list, reports: list, context: dict, cache: TimingCache | None, log) -> dict:
     stats = {"hits": sum(r.num_cache_hits for r in reports), "misses": sum(r.num_cache_misses for r in reports),
              "time_s": round(sum(r.time_s for r in reports), 3)}
     stats.update(_load_stats(cache, bool(reports or context), log))
@@ -117,10 +117,9 @@ def _load_stats(cache: TimingCache | None, timed: bool, log) -> dict:
     load = max(filter(None, (cache.busy_load if cache is not None else None, busy_load() if timed else None)), default=None)
     if load is not None:
         stats["busy_load"] = load
-        if log is not None:
-            log(f"warning: the machine was busy while tuning (1-minute load {load:g} on {cores()} cores): timings may "
-                "favor slower kernels; " + ("the timing cache marks them, and a build on a quiet machine times them "
-                                           "again" if cache is not None else "rebuild on a quiet machine"))
+        log(f"warning: the machine was busy while tuning (1-minute load {load:g} on {cores()} cores): timings may "
+            "favor slower kernels; " + ("the timing cache marks them, and a build on a quiet machine times them "
+                                       "again" if cache is not None else "rebuild on a quiet machine"))
     return stats
 
 

@@ -19,6 +19,10 @@ import os
 BUSY_PER_CORE = 2.0
 
 
+def cores() -> int:
+    return os.cpu_count() or 1
+
+
 def busy_load() -> float | None:
     """The 1-minute load average when the machine is busy, else None (also where it is unknown)."""
     if os.environ.get("INFC_BUSY_CHECK", "1") == "0":
@@ -27,8 +31,4 @@ def busy_load() -> float | None:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):  # not POSIX, or /proc/loadavg unreadable
         return None
-    return round(load, 2) if load > BUSY_PER_CORE * (os.cpu_count() or 1) else None
-
-
-def cores() -> int:
-    return os.cpu_count() or 1
+    return round(load, 2) if load > BUSY_PER_CORE * cores() else None
