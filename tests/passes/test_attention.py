@@ -130,6 +130,16 @@ def test_dynamic_dims_keep_graph_reshape_when_unproven():
     assert_matches_ort(model, fused, feeds=_feeds(model))
 
 
+@pytest.mark.parametrize("merge", [(-1, N * H), (S, B, N * H), (0, 0, -1)])
+def test_sequence_first_context_of_torch_multihead_attention(merge):
+    """torch's multi_head_attention_forward transposes the context to (S, B, N, H) and merges it to
+    (S*B, E) or (S, B, E): fused, with the context transposed back to the graph's layout."""
+    model = _attention_model(ctx_perm=(2, 0, 1, 3), merge=merge, mask="where_add")
+    fused = _fused(model)
+    assert ops_of(fused)[-2:] == ["Transpose", "Reshape"]  # (B, S, N, H) -> (S, B, N, H), the graph's merge
+    assert_matches_ort(model, fused, feeds=_feeds(model))
+
+
 def test_fill_that_does_not_absorb_scores_is_rejected():
     result = run_rules(_attention_model(mask="where", fill=-10000.0), attention.RULES)
     assert rule_stats(result, "attention_mha") == (0, {"Where fill value is not -inf or <= -1e30": 1})
@@ -138,8 +148,8 @@ def test_fill_that_does_not_absorb_scores_is_rejected():
 def test_other_layouts_are_rejected_with_reasons():
     result = run_rules(_attention_model(softmax_axis=2), attention.RULES)
     assert rule_stats(result, "attention_mha") == (0, {"Softmax is not over the last axis of 4-D scores": 1})
-    result = run_rules(_attention_model(ctx_perm=(0, 2, 3, 1), merge=(0, 0, -1)), attention.RULES)
-    assert rule_stats(result, "attention_mha") == (0, {"context is not transposed to (B, S, N, H)": 1})
+    result = run_rules(_attention_model(ctx_perm=(0, 2, 3, 1), merge=(0, 0, -1)), attention.RULES)  # (B, S, H, N)
+    assert rule_stats(result, "attention_mha") == (0, {"context is not transposed to (B, S, N, H) or (S, B, N, H)": 1})
     assert rule_stats(result, "attention_onnx") == (0, {"ONNX Attention needs opset 23": 1})
 
 

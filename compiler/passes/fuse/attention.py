@@ -5,6 +5,7 @@
     ┌─ Where(IsNaN(p), 0, p)? (torch's SDPA export) ◄─ p ◄─ Softmax ◄─────────────────────────────────────┘
     └─► MatMul ◄─ v (B,N,T,H)
     ─► ctx ─► Reshape(to ctx's own shape)? ─► Transpose(0,2,1,3) ─► Reshape(B, S, N*H) ─►
+                                               or Transpose(2,0,1,3) ─► Reshape(S*B or S, B, N*H): torch's MHA
   opset >= 23 ==> ctx = Attention(q, k, v, bias, softcap=c)                 ONNX op, 4-D in and out
   opset <  23 ==> com.microsoft MultiHeadAttention(q as (B,S,N*H), k, v, attention_bias=bias) ─►
   k = kt transposed back; scale: the graph's; bias: the graph's own mask made additive (exact for any
@@ -41,6 +42,10 @@ from .attention_layout import (
 from .attention_mask import attention_bias
 
 SCALES = ("scale", "q_scale", "k_scale")
+# The context's Transpose from (B, N, S, H): to (B, S, N, H), or to (S, B, N, H) as torch's
+# multi_head_attention_forward has it (sequence first; torchvision's ViT, nn.Transformer, CLIP)
+BSNH, SBNH = [0, 2, 1, 3], [2, 0, 1, 3]
+CONTEXT_PERMS = (BSNH, SBNH)
 
 
 def _scale(m: Match) -> float | None:
@@ -87,8 +92,8 @@ def _check(target: str, m: Match) -> str | None:
     nan_fill = m.const("nan_fill") if "nan_fill" in m.values else None
     if nan_fill is not None and not (nan_fill.size == 1 and float(nan_fill.reshape(-1)[0]) == 0):
         return "Softmax NaN guard does not write zeros"
-    if target == "mha" and list(m.node("to_bsnh").attrs.get("perm", [])) != [0, 2, 1, 3]:
-        return "context is not transposed to (B, S, N, H)"
+    if target == "mha" and list(m.node("to_bsnh").attrs.get("perm", [])) not in CONTEXT_PERMS:
+        return "context is not transposed to (B, S, N, H) or (S, B, N, H)"
     dims = head_dims(m["q"], m["kt"], m["v"], _scores(m))
     if dims is None:
         return "Q, K, V are not 4-D with known, equal head counts and sizes"
@@ -114,21 +119,25 @@ def _rewrite(target: str, m: Match):
     # MultiHeadAttention wants N K/V heads: one broadcast head is expanded (sites.py reads through it)
     key, value = (b("Expand", t, b.const([1, n, 1, 1]), dtype=t.dtype) if is_broadcast_head(t, n) else t
                   for t in (key, value))
-    merge, ctx_BSNH, is_direct = m.node("merge"), m.node("to_bsnh").outputs[0], keeps_leading_dims(m.node("merge"), 3)
+    merge, to_ctx = m.node("merge"), m.node("to_bsnh")
+    perm, ctx = list(to_ctx.attrs["perm"]), to_ctx.outputs[0]  # the context as the graph lays it out
+    is_direct = perm == BSNH and keeps_leading_dims(merge, 3)
     is_guarded, out = "nan_fill" in m.values, m.outputs[0] if is_direct else None
     y = b("MultiHeadAttention", q, key, value, None, None, bias, domain=CONTRIB_DOMAIN, num_heads=n,
           scale=_scale(m), out=None if is_guarded else out, dtype=dtype)
     if is_guarded:
         y = b("Where", b("IsNaN", y, dtype=np.bool_), m["nan_fill"], y, out=out, dtype=dtype)
     # Not provably (B, S, N*H): the graph's own Reshape stays, exact whatever its shape input holds.
-    src = y if is_direct or reads_merged(merge) else ctx_BSNH
+    src = y if is_direct or perm == BSNH and reads_merged(merge) else ctx
     matched = {id(x) for x in m.nodes}
     is_read = {name: any(id(c) not in matched for c in m.exposed[name][0].outputs) or
                any(t is m.exposed[name][0] for t in m.graph.outputs) for name in m.exposed}
-    if src is ctx_BSNH or is_read["to_bsnh"] or is_read.get("pv"):  # e.g. for Shape nodes
-        b("Reshape", y, b.const([0, 0, n, hv]), out=ctx_BSNH)
+    if perm == SBNH:  # y (B, S, N*H) back to the graph's sequence-first context
+        b("Transpose", b("Reshape", y, b.const([0, 0, n, hv]), dtype=dtype), perm=[1, 0, 2, 3], out=ctx)
+    elif src is ctx or is_read["to_bsnh"] or is_read.get("pv"):  # e.g. for Shape nodes
+        b("Reshape", y, b.const([0, 0, n, hv]), out=ctx)
     if is_read.get("pv"):  # the context as (B, N, S, H), read by the shape of the Reshape matched around it
-        b("Transpose", ctx_BSNH, perm=[0, 2, 1, 3], out=m.exposed["pv"][0])
+        b("Transpose", ctx, perm=[perm.index(axis) for axis in range(4)], out=m.exposed["pv"][0])
     if not is_direct:
         b("Reshape", src, m["shape"], out=m.outputs[0], **dict(merge.attrs))
     return b.nodes
