@@ -101,6 +101,23 @@ def input_ranks(step: dict, shapes_by_level: dict, weights: dict) -> dict[str, i
     return ranks
 
 
+def input_lengths(step: dict, shapes_by_level: dict, weights: dict) -> dict[str, int]:
+    """The step's 1-D integer inputs (not weights) with the length they have at every profile level,
+    which a session that the step starts declares ("tactic_lengths"): a shape tensor's length is a
+    rank, fixed by the model. onnx's shape inference refuses a Resize whose `sizes` are of unknown
+    length when its input's rank is declared (Depth Anything's neck: every bridged variant failed
+    to load)."""
+    lengths = {}
+    for name in step["inputs"]:
+        if not name or name in weights or not all(name in level for level in shapes_by_level.values()):
+            continue
+        seen = {(tuple(level[name][0]), level[name][1]) for level in shapes_by_level.values()}
+        shape, dtype = next(iter(seen)) if len(seen) == 1 else ((), "")
+        if len(shape) == 1 and dtype.startswith(("int", "uint")):
+            lengths[name] = int(shape[0])
+    return lengths
+
+
 def with_bridges(num_steps: int, keep: frozenset, bridges: set[int]) -> frozenset:
     """`keep` and the bridges that sit in a run of consecutive kept-or-bridge steps holding a kept
     step (a run of bridges alone stays infc's)."""

@@ -28,7 +28,8 @@ from .autotune.key import TuningKey
 from .autotune.tuner import CandidateResult, TuneResult
 from .lower import Program
 from .runtime.vendor_op import TACTIC
-from .tune_bridge import bridge_candidates, input_dtypes, input_ranks, with_bridges
+from .step_order import clustered_order
+from .tune_bridge import bridge_candidates, input_dtypes, input_lengths, input_ranks, with_bridges
 from .tune_vendor import INTEGER_STEPS, TACTIC_FIELDS
 
 CONFIRM_BUDGET_S = 1.0  # per program variant, for the in-context check
@@ -74,9 +75,11 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
               for index in set(marked) | shape_bridges}
     ranks = {index: input_ranks(program.steps[index], shapes_by_level or {}, program.weights)
              for index in set(marked) | shape_bridges}
+    lengths = {index: input_lengths(program.steps[index], shapes_by_level or {}, program.weights)
+               for index in set(marked) | shape_bridges}
 
     def executor(keep):
-        steps = _with_marks(program.steps, keep, dtypes, ranks)
+        steps = _with_marks(program.steps, keep, dtypes, ranks, lengths)
         return Executor(steps, program.weights, program.opset, program.islands, output_names=names, trial=True)
 
     sides, wrong = {}, []
@@ -100,7 +103,7 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
     if replayed is not None and replayed.winner.impl in subsets:
         best = replayed.winner.impl if replayed.winner.impl in sides else "none"
         medians = {c.config.impl: round(c.median_s * 1e3, 4) for c in replayed.candidates if c.is_ok}
-        return _keep(program, marked, subsets, best, (dtypes, ranks), wrong, medians, 0, cached=True, rtol=(rtol, noise))
+        return _keep(program, marked, subsets, best, (dtypes, ranks, lengths), wrong, medians, 0, cached=True, rtol=(rtol, noise))
     times: dict[str, list[float]] = {label: [] for label in sides}
     racing, started = dict(sides), clock()
     while len(times["none"]) < CONFIRM_MIN_RUNS or (clock() < started + budget_s * len(racing)
@@ -120,7 +123,7 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
     if key is not None:
         cache.put(_context_result(key, best, times, wrong))
         cache.save()
-    return _keep(program, marked, subsets, best, (dtypes, ranks), wrong, medians, len(times["none"]), cached=False,
+    return _keep(program, marked, subsets, best, (dtypes, ranks, lengths), wrong, medians, len(times["none"]), cached=False,
                  rtol=(rtol, noise))
 
 
@@ -153,7 +156,7 @@ def _keep(program: Program, marked: dict, subsets: dict, best: str, inputs: tupl
           num_runs: int, cached: bool, rtol: tuple = (0.0, 0.0)) -> dict:
     """Leaves the program with the `best` subset's marks; the build report's summary (`rtol`: the
     tolerance the variants were checked at and the kernel noise it allowed for)."""
-    program.steps[:] = _with_marks(program.steps, subsets[best], *inputs)  # (dtypes, ranks) of session inputs
+    program.steps[:] = _with_marks(program.steps, subsets[best], *inputs)  # (dtypes, ranks, lengths) of session inputs
     groups = {step["tactic_group"] for step in program.steps if "tactic_group" in step}
     num_bridges = sum(1 for index in subsets[best] if index not in marked)
     return {"num_marked": len(marked), "num_kept": len(subsets[best]) - num_bridges, "num_bridges": num_bridges,
@@ -249,12 +252,16 @@ def _agrees(outputs: dict, reference: dict, names: list[str], rtol: float = AGRE
     return True
 
 
-def _with_marks(steps: list[dict], keep, dtypes: dict | None = None, ranks: dict | None = None) -> list[dict]:
+def _with_marks(steps: list[dict], keep, dtypes: dict | None = None, ranks: dict | None = None,
+                lengths: dict | None = None) -> list[dict]:
     """Copies of the steps with the marks of those in `keep` only (a bridge in `keep` gets one; a
-    kept step gets `dtypes[index]`, its inputs that are not float32), and each run of consecutive kept steps
-    grouped into one session (runtime/vendor_op.py: onnxruntime keeps its blocked layout between them)."""
-    marked = []
-    for index, step in enumerate(steps):
+    kept step gets `dtypes[index]`, its inputs that are not float32), in an order that keeps the kept
+    steps together where their dependencies allow (step_order.py), and each run of consecutive kept
+    steps grouped into one session (runtime/vendor_op.py: onnxruntime keeps its blocked layout between
+    them). A run that the new order leaves with bridges only stays infc's (with_bridges' rule)."""
+    marked, runs = [], []  # runs: [the run's marked copies, whether one was marked before (not a bridge)]
+    for index in clustered_order(steps, lambda i: i in keep):
+        step = steps[index]
         plain = {k: v for k, v in step.items() if k not in TACTIC_FIELDS}
         if index in keep:
             plain.update({k: step[k] for k in TACTIC_FIELDS if k in step and k != "tactic_group"})
@@ -263,8 +270,18 @@ def _with_marks(steps: list[dict], keep, dtypes: dict | None = None, ranks: dict
                 plain["tactic_dtypes"] = dtypes[index]
             if (ranks or {}).get(index):  # ... and declares them with these ranks
                 plain["tactic_ranks"] = ranks[index]
+            if (lengths or {}).get(index):  # ... and its shape tensors with their lengths
+                plain["tactic_lengths"] = lengths[index]
             previous = marked[-1] if marked else None
-            if previous is not None and previous.get("tactic") and index - 1 in keep:
-                plain["tactic_group"] = previous.setdefault("tactic_group", index - 1)
+            if previous is not None and previous.get("tactic"):
+                plain["tactic_group"] = previous.setdefault("tactic_group", index)
+                runs[-1][0].append(plain)
+                runs[-1][1] |= "tactic" in step
+            else:
+                runs.append([[plain], "tactic" in step])
         marked.append(plain)
+    for members, is_anchored in runs:
+        for member in members if not is_anchored else []:
+            for field in TACTIC_FIELDS:
+                member.pop(field, None)
     return marked

@@ -23,7 +23,8 @@ from .runtime.kernels.conv_epilogue import epilogue_pairs
 from .runtime.vendor_op import TACTIC, is_conv_step
 
 LEVELS = ("opt", "min", "max")  # opt first: it breaks ties
-TACTIC_FIELDS = ("tactic", "tactic_threads", "tactic_ratio", "tactic_group", "tactic_dtypes", "tactic_ranks")
+TACTIC_FIELDS = ("tactic", "tactic_threads", "tactic_ratio", "tactic_group", "tactic_dtypes", "tactic_ranks",
+                 "tactic_lengths")
 # Smaller steps are not timed alone (a session call costs ~30 us, about all of their time): they are
 # marked untimed and run in onnxruntime only in the "all" subset, inside runs of other marked steps.
 MIN_MACS = 1 << 20

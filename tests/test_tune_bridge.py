@@ -358,3 +358,33 @@ def test_gather_at_a_0d_index_makes_an_array():
 
     (value,) = gather([np.array([2, 3, 5], np.int64), np.array(1, np.int64)], {"axis": 0}, None)
     assert isinstance(value, np.ndarray) and value.shape == () and value == 3
+
+
+def test_a_shape_tensor_input_is_declared_with_its_length():
+    """onnx's shape inference refuses a Resize whose `sizes` input has no known length when its input's
+    rank is declared (Depth Anything's neck: every bridged variant failed to load); the length the
+    build saw at every level is declared ("tactic_lengths")."""
+    from infc.compiler.runtime.kernels.common import decode_attrs
+    from infc.compiler.runtime.vendor_op import _session
+    from infc.compiler.tune_bridge import input_lengths
+
+    resize = {"op": "Resize", "domain": "", "inputs": ["x", "", "", "sizes"], "outputs": ["y"],
+              "attrs": {"mode": "linear", "coordinate_transformation_mode": "align_corners"}, "tactic": TACTIC}
+    seen = {level: {"x": ((1, 2, n, n), "float32"), "sizes": ((4,), "int64")} for level, n in (("min", 3), ("max", 5))}
+    lengths = input_lengths(resize, seen, {})
+    assert lengths == {"sizes": 4} and input_lengths(resize, {"min": seen["min"], "other": {}}, {}) == {}
+    x = np.arange(18, dtype=np.float32).reshape(1, 2, 3, 3)
+    expected = ort_session(_resize_model()).run(None, {"x": x, "sizes": np.array([1, 2, 6, 6])})[0]
+    member = {**resize, "tactic_ranks": {"x": 4}, "tactic_lengths": lengths, "tactic_dtypes": {"sizes": "int64"}}
+    session = _session([member], ["x", "sizes"], ["y"], {}, decode_attrs, opset=17)
+    np.testing.assert_array_equal(session.run(["y"], {"x": x, "sizes": np.array([1, 2, 6, 6])})[0], expected)
+    with pytest.raises(Exception, match="Number of elements of input 'sizes'"):
+        _session([{**member, "tactic_lengths": {}}], ["x", "sizes"], ["y"], {}, decode_attrs, opset=17)
+
+
+def _resize_model():
+    node = helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], mode="linear", coordinate_transformation_mode="align_corners")
+    graph = helper.make_graph([node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None),
+                                                 helper.make_tensor_value_info("sizes", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

@@ -161,7 +161,8 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
     itself, an island as its subgraph's nodes from `islands`); the inputs they read from `weights`
     are its initializers. `decode` turns a member's attributes into values; `opset`: the model's,
     needed when a bridge is among the members. Inputs are float32 but for those a member lists in
-    its "tactic_dtypes" (the build saw them), of unknown rank but for those in its "tactic_ranks"."""
+    its "tactic_dtypes" (the build saw them), of unknown rank but for those in its "tactic_ranks" and the
+    1-D ones of its "tactic_lengths"."""
     import onnx  # noqa: PLC0415
     import onnxruntime as ort  # noqa: PLC0415 - only plans with this tactic need it
     from onnx import helper, numpy_helper  # noqa: PLC0415
@@ -171,6 +172,7 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
     for member in members:
         dtypes.update(member.get("tactic_dtypes") or {})
         ranks.update(member.get("tactic_ranks") or {})
+        ranks.update({name: [length] for name, length in (member.get("tactic_lengths") or {}).items()})
         names = [name or "" for name in member["inputs"][:_num_read(member)]]
         constants.update({name: weights[name] for name in names if name in weights})
         if member["op"] == ISLAND_OP:
@@ -192,7 +194,7 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
     graph = helper.make_graph(
         nodes, "vendor",
         [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(dtypes.get(name, "float32"))),
-                                       [None] * ranks[name] if name in ranks else None)  # dims unknown: any size runs
+                                       _declared_dims(ranks.get(name)))
          for name in input_names],
         [helper.make_empty_tensor_value_info(name) for name in output_names],  # onnxruntime infers their types
         list(initializers.values()))
@@ -207,6 +209,11 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
         options.add_external_initializers(list(handed), [ort.OrtValue.ortvalue_from_numpy(v) for v in handed.values()])
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"],
                                 disabled_optimizers=optimizers_to_disable(graph.node) or None)
+
+
+def _declared_dims(rank: int | list | None) -> list | None:
+    """A session input's dims: unknown (any size runs) but for the rank, or a 1-D length, known."""
+    return rank if isinstance(rank, list) else None if rank is None else [None] * rank
 
 
 # Weights from this size are handed to onnxruntime as arrays (add_external_initializers: one copy, at
