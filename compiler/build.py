@@ -30,6 +30,8 @@ from .runtime.executor import Executor
 from .runtime.feeds_io import check_feeds, feeds_digest, gather_table_rows, random_inputs
 from .runtime.kernels import has_kernel
 from .target import target_fingerprint
+from .tune_whole import offer as offer_whole_model
+from .tune_whole import original_outputs, whole_model_offered
 from .verify import compare_outputs, ort_session
 
 PLAN_KIND = "one_shot"
@@ -54,7 +56,8 @@ class BuildOptions:
         """The options that change what a plan contains (and so its cache key)."""
         return {"target": self.target, "precision": self.precision, "allow_fallback": self.allow_fallback,
                 **self.precision_settings.key_options(self.precision),
-                **({"inputs": feeds_digest(self.sample_feeds)} if self.sample_feeds is not None else {})}
+                **({"inputs": feeds_digest(self.sample_feeds)} if self.sample_feeds is not None else {}),
+                **({} if whole_model_offered() else {"whole_model": False})}  # INFC_WHOLE_MODEL=0
 
 
 def resolve_target(target: str, log=lambda msg: None) -> str:
@@ -137,6 +140,10 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     with phase("lowering to kernels", spin):
         graph = import_graph(precision.model)
         program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
+    # the whole model, raced in one onnxruntime session by the CPU tuner (tune_whole.py); at fp32 the
+    # optimized model as it is, where a QDQ model keeps the int8 weights onnxruntime's int8 kernels read
+    whole = (offer_whole_model(optimized.model if options.precision == "fp32" else precision.model)
+             if options.target != "cuda" and options.allow_fallback else None)
     # the program holds the weights now: the optimized model's copies go (the given model stays, the
     # reference of --verify and of the precision report)
     del graph, optimized
@@ -151,11 +158,6 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
                 _, shapes_by_level[level] = sample_run(program, feeds)
         except InfcError as exc:
             _explain_sample_failure(model_path, model, program, feeds, feeds is given, level, exc, given)
-    max_shapes = shapes_by_level["max"]
-    sizes = {n: int(np.prod(s)) * np.dtype(d).itemsize for n, (s, d) in max_shapes.items()
-             if n not in program.weights and n not in {i["name"] for i in program.inputs}}
-    memory = plan_memory(program.steps, [o["name"] for o in program.outputs], sizes,
-                         {k: list(v) for k, v in profile.shapes("max").items()})
 
     from .tune_plan import tune_program  # the tuner is heavy: only builds that miss the cache load it
     from .tune_vendor import drop_packings_onnxruntime_replaces
@@ -169,9 +171,22 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
             options.target, fingerprint = "cpu", target_fingerprint("cpu")
             report.update(target="cpu", fingerprint=fingerprint, cuda_fallback_reason=cuda_fallback)
     else:
-        tuning = tune_program(program, shapes_by_level, profile, options, log,
-                              feeds=_level_feeds(program, profile.shapes("opt"), rows, given, seed=1))
+        feeds = _level_feeds(program, profile.shapes("opt"), rows, given, seed=1)
+        if whole is not None and options.precision == "fp32":  # held to onnxruntime on the model as given
+            whole.reference = original_outputs(model, feeds)
+        tuning = tune_program(program, shapes_by_level, profile, options, log, feeds=feeds, whole_model=whole)
         drop_packings_onnxruntime_replaces(program)
+    del whole
+    is_whole = bool(tuning.get("meta", {}).get("conv_tactics", {}).get("whole_model"))
+    if is_whole and precision_meta:
+        precision_meta = precision.finish(program, log)  # the accuracy of what the plan now runs
+        precision_meta["compute"] = "onnxruntime's own kernels over the whole reduced-precision model (tune_whole.py)"
+    # planned once the program is final: tuning may reorder its steps (tune_context.py) or make it one session
+    max_shapes = shapes_by_level["max"]
+    sizes = {n: int(np.prod(s)) * np.dtype(d).itemsize for n, (s, d) in max_shapes.items()
+             if n not in program.weights and n not in {i["name"] for i in program.inputs}}
+    memory = plan_memory(program.steps, [o["name"] for o in program.outputs], sizes,
+                         {k: list(v) for k, v in profile.shapes("max").items()})
     blob, weight_table = weights_section(program.weights)
     meta = {
         "infc_version": __version__, "kind": PLAN_KIND, "target": fingerprint, "opset": program.opset,
@@ -186,7 +201,8 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     }
     sections = {"weights": blob, **tuning["sections"], **program.islands}
     with phase("verifying the plan against onnxruntime", spin and options.verify):
-        verify = _verify(model, program, profile, tuning.get("executor"), given) if options.verify else None
+        verify = (_verify(model, program, profile, tuning.get("executor"), given, optimized_reference=is_whole)
+                  if options.verify else None)
     with phase(f"writing {output.name}", spin):
         write_plan(output, meta, sections)
     if options.use_cache and not cuda_fallback:  # a fallback plan is not what this cache key promises
@@ -260,16 +276,21 @@ def _explain_sample_failure(model_path: Path, model, program: Program, feeds: di
     raise exc
 
 
-def _verify(model, program: Program, profile: Profile, executor=None, given: dict | None = None) -> dict:
-    """`executor`: the cuda plan's device executor (the plan is verified as it will run)."""
+def _verify(model, program: Program, profile: Profile, executor=None, given: dict | None = None,
+            optimized_reference: bool = False) -> dict:
+    """`executor`: the cuda plan's device executor (the plan is verified as it will run);
+    `optimized_reference`: against onnxruntime with its graph optimizations on, as a plan that runs
+    the whole model in onnxruntime was checked (tune_whole.py), else with them off (the model's
+    arithmetic as written)."""
     feeds = _level_feeds(program, profile.shapes("opt"), _table_rows(program), given, seed=7)
     names = [o["name"] for o in program.outputs]
-    expected = ort_session(model).run(names, feeds)
+    expected = ort_session(model, optimize=optimized_reference).run(names, feeds)
     executor = executor or Executor(program.steps, program.weights, program.opset, program.islands, output_names=names)
     actual = executor.run(feeds)
     diffs = compare_outputs(names, expected, [actual[n] for n in names])
     return {"max_abs_diff": max(d.max_abs_diff for d in diffs), "max_rel_diff": max(d.max_rel_diff for d in diffs),
-            "outputs": [d.to_json() for d in diffs]}
+            "outputs": [d.to_json() for d in diffs],
+            "reference": f"onnxruntime, graph optimizations {'on' if optimized_reference else 'off'}"}
 
 
 def _check_output(output: Path) -> None:

@@ -131,7 +131,8 @@ def _tactics_summary(meta: dict) -> dict | None:
     return {"num_steps": len(meta["program"]), "num_in_onnxruntime": len(in_vendor),
             "num_timed": sum(1 for s in in_vendor if s.get("tactic_ratio") is not None),
             "num_bridges": context.get("num_bridges", 0), "num_sessions": context.get("num_sessions"),
-            "kept": context.get("kept"), "program_ms": context.get("program_ms", {})}
+            "kept": context.get("kept"), "program_ms": context.get("program_ms", {}),
+            "whole_model": bool(context.get("whole_model"))}
 
 
 def kernel_name(step: dict) -> str:
@@ -216,7 +217,14 @@ def print_plan_report(report: dict, console: Console) -> None:
     if report.get("gpu_host_ops"):
         console.print(f"GPU plan: on the CPU with host copies (no device kernel): {', '.join(report['gpu_host_ops'])}")
     tactics = report.get("onnxruntime_tactics")
-    if tactics and tactics["num_in_onnxruntime"]:
+    if tactics and tactics.get("whole_model"):
+        ms = tactics["program_ms"]
+        ours = {label: v for label, v in ms.items() if label != tactics["kept"]}
+        fastest = min(ours, key=ours.get) if ours else None
+        console.print(f"the whole model runs in one onnxruntime session (tune_whole.py): {ms.get(tactics['kept'], float('nan')):.3g} ms "
+                      f"at the opt shapes, against {ours.get(fastest, float('nan')):.3g} ms for the fastest program on infc's "
+                      f"kernels ({fastest}); INFC_WHOLE_MODEL=0 or --no-fallback builds infc's own")
+    elif tactics and tactics["num_in_onnxruntime"]:
         ms = tactics["program_ms"]
         console.print(f"onnxruntime tactics: {tactics['num_in_onnxruntime']} of {tactics['num_steps']} steps run in onnxruntime "
                       f"({tactics['num_timed']} timed against infc alone, {tactics['num_bridges']} bridges between them) in "
@@ -289,5 +297,6 @@ def print_build_report(report: dict, console: Console) -> None:
     if report.get("precision"):
         print_precision(report["precision"], console)
     if report.get("verify"):
-        console.print(f"verify: max abs diff {report['verify']['max_abs_diff']:.3g}, max rel diff {report['verify']['max_rel_diff']:.3g}")
+        console.print(f"verify: max abs diff {report['verify']['max_abs_diff']:.3g}, max rel diff {report['verify']['max_rel_diff']:.3g}"
+                      + (f" against {report['verify']['reference']}" if report['verify'].get('reference') else ""))
     console.print(f"wrote {report['plan']} in {report['build_s']:.2f} s")

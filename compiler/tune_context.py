@@ -31,6 +31,8 @@ from .runtime.vendor_op import TACTIC
 from .step_order import clustered_order
 from .tune_bridge import bridge_candidates, input_dtypes, input_lengths, input_ranks, with_bridges
 from .tune_vendor import INTEGER_STEPS, TACTIC_FIELDS
+from .tune_whole import WHOLE, WHOLE_KEEP, WHOLE_SECTION, WholeModel, keep_whole, whole_step
+from .tune_whole import wins as whole_wins
 
 CONFIRM_BUDGET_S = 1.0  # per program variant, for the in-context check
 CONFIRM_MIN_RUNS = 5
@@ -42,18 +44,21 @@ TIERS = (0.5, 0.75, 1.0, 1.5, math.inf)
 
 
 def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict | None = None,
-                       budget_s: float = CONFIRM_BUDGET_S, clock=time.perf_counter, cache=None, target: str = "") -> dict:
+                       budget_s: float = CONFIRM_BUDGET_S, clock=time.perf_counter, cache=None, target: str = "",
+                       whole_model: WholeModel | None = None) -> dict:
     """Times the program without its tactic marks and with nested subsets of them (the marks whose
     onnxruntime time was at most each TIERS fraction of infc's), each also with the bridges that
     join its runs (tune_bridge.py; `shapes_by_level` says which steps may), interleaved; keeps the
     fastest subset if it beats the unmarked program by CONFIRM_MARGIN, else drops every mark.
     With a timing `cache`, the choice for this very program, feed shapes, `target` and infc source
-    is replayed from it (the outputs still checked), so rebuilds keep the same variant.
+    is replayed from it (the outputs still checked), so rebuilds keep the same variant. `whole_model`:
+    the lowered model, raced as one more variant (tune_whole.py: kept only by a margin, checked against
+    its own reference where it has one).
     Returns what was measured (for the build report)."""
     from .runtime.executor import Executor  # noqa: PLC0415
 
     marked = {index: step for index, step in enumerate(program.steps) if step.get("tactic")}
-    if not marked:
+    if not marked and whole_model is None:
         return {}
     bridges = bridge_candidates(program, shapes_by_level or {})
     shape_bridges = bridge_candidates(program, shapes_by_level or {}, shape_steps=True)
@@ -65,6 +70,8 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
                            (with_bridges(len(program.steps), chosen, shape_bridges), f"{label}+bridges+shapes")):
             if keep and keep not in subsets.values():
                 subsets[name] = keep
+    if whole_model is not None:
+        subsets[WHOLE] = WHOLE_KEEP
     names = [o["name"] for o in program.outputs]
     key = context_key(program, feeds, target) if cache is not None else None
     replayed = cache.get(key) if key is not None else None
@@ -79,12 +86,19 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
                for index in set(marked) | shape_bridges}
 
     def executor(keep):
+        if keep is WHOLE_KEEP:
+            return Executor([whole_step(program)], {}, program.opset, {WHOLE_SECTION: whole_model.model_bytes}, output_names=names,
+                            trial=True)
         steps = _with_marks(program.steps, keep, dtypes, ranks, lengths)
         return Executor(steps, program.weights, program.opset, program.islands, output_names=names, trial=True)
 
     sides, wrong = {}, []
     for label, keep in subsets.items():
-        sides[label] = executor(keep)
+        try:
+            sides[label] = executor(keep)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime refused the whole model: not a variant
+            wrong.append(f"{label}: {(str(exc).splitlines() or [type(exc).__name__])[0][:300]}")
+            continue
         if sides[label].notes:  # onnxruntime refused a session (a bridge it cannot run): not a variant
             wrong.append(f"{label}: {sides.pop(label).notes[0]}")
     reference = sides["none"].run(feeds)  # also the warm-up of compiled kernels and sessions
@@ -93,8 +107,9 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
     for label, run in list(sides.items()):
         if label == "none":
             continue
+        expected = whole_model.reference if label == WHOLE and whole_model.reference is not None else reference
         try:  # a vendor step untimed alone was never checked against float64: this is its check
-            reason = None if _agrees(run.run(feeds), reference, names, rtol) else f"outputs differ by more than {rtol:g} of the largest"
+            reason = None if _agrees(run.run(feeds), expected, names, rtol) else f"outputs differ by more than {rtol:g} of the largest"
         except Exception as exc:  # noqa: BLE001 - a session that fails at run time is not a variant either
             reason = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         if reason:
@@ -103,7 +118,8 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
     if replayed is not None and replayed.winner.impl in subsets:
         best = replayed.winner.impl if replayed.winner.impl in sides else "none"
         medians = {c.config.impl: round(c.median_s * 1e3, 4) for c in replayed.candidates if c.is_ok}
-        return _keep(program, marked, subsets, best, (dtypes, ranks, lengths), wrong, medians, 0, cached=True, rtol=(rtol, noise))
+        return _keep(program, marked, subsets, best, (dtypes, ranks, lengths), wrong, medians, 0, cached=True,
+                     rtol=(rtol, noise), whole_model=whole_model)
     times: dict[str, list[float]] = {label: [] for label in sides}
     racing, started = dict(sides), clock()
     while len(times["none"]) < CONFIRM_MIN_RUNS or (clock() < started + budget_s * len(racing)
@@ -117,14 +133,16 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
             racing = {label: run for label, run in racing.items()
                       if label == "none" or statistics.median(times[label]) <= CONFIRM_DROP * fastest}
     medians = {label: 1e3 * statistics.median(t) for label, t in times.items()}
-    best = min(medians, key=medians.get)
+    best = min((label for label in medians if label != WHOLE), key=medians.get)
     if medians[best] >= medians["none"] * (1.0 - CONFIRM_MARGIN):
         best = "none"
+    if whole_wins(medians):
+        best = WHOLE
     if key is not None:
         cache.put(_context_result(key, best, times, wrong))
         cache.save()
     return _keep(program, marked, subsets, best, (dtypes, ranks, lengths), wrong, medians, len(times["none"]), cached=False,
-                 rtol=(rtol, noise))
+                 rtol=(rtol, noise), whole_model=whole_model)
 
 
 def _kernel_noise(program: Program, feeds: dict, reference: dict, names: list[str]) -> float:
@@ -153,9 +171,15 @@ def _kernel_noise(program: Program, feeds: dict, reference: dict, names: list[st
 
 
 def _keep(program: Program, marked: dict, subsets: dict, best: str, inputs: tuple, wrong: list, medians: dict,
-          num_runs: int, cached: bool, rtol: tuple = (0.0, 0.0)) -> dict:
+          num_runs: int, cached: bool, rtol: tuple = (0.0, 0.0), whole_model: WholeModel | None = None) -> dict:
     """Leaves the program with the `best` subset's marks; the build report's summary (`rtol`: the
     tolerance the variants were checked at and the kernel noise it allowed for)."""
+    if best == WHOLE:
+        keep_whole(program, whole_model.model_bytes)
+        return {"num_marked": len(marked), "num_kept": 0, "num_bridges": 0, "kept": best, "rejected_wrong": wrong,
+                "cached": cached, "num_sessions": 1, "whole_model": True,
+                "program_ms": {label: round(ms, 4) for label, ms in medians.items()}, "num_runs": num_runs,
+                "agreement_rtol": float(f"{rtol[0]:.3g}"), "kernel_noise": float(f"{rtol[1]:.3g}")}
     program.steps[:] = _with_marks(program.steps, subsets[best], *inputs)  # (dtypes, ranks, lengths) of session inputs
     groups = {step["tactic_group"] for step in program.steps if "tactic_group" in step}
     num_bridges = sum(1 for index in subsets[best] if index not in marked)

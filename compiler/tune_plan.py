@@ -18,6 +18,7 @@ from .lower import Program
 from .target import cpu_fingerprint, fingerprint_id
 from .runtime.feeds_io import gather_table_rows, random_inputs
 from .tune_context import confirm_in_context
+from .tune_whole import WHOLE_MARGIN, WholeModel
 from .tune_vendor import tune_vendor_tactics
 
 TUNED_DOMAIN, TUNED_OP = "infc.cpu", "TunedMatMul"
@@ -48,9 +49,11 @@ def _buckets_between(low: int, high: int, m_buckets) -> list[int]:
     return [b for b in m_buckets if first <= b <= last] or [last]
 
 
-def tune_program(program: Program, shapes_by_level: dict, profile, options, log, feeds: dict | None = None) -> dict:
+def tune_program(program: Program, shapes_by_level: dict, profile, options, log, feeds: dict | None = None,
+                 whole_model: WholeModel | None = None) -> dict:
     """`feeds`: inputs at the profile's opt shapes for the in-context check of convolution tactics
-    (seeded random ones when not given)."""
+    (seeded random ones when not given); `whole_model`: the lowered model, raced whole in onnxruntime
+    there too (tune_whole.py)."""
     target = fingerprint_id(cpu_fingerprint())
     cache = TimingCache(options.cache_dir / "timing_cache.json") if options.use_cache else None
     # a GEMM reading a graph input (a model that starts with a MatMul) has its rows in the profile
@@ -85,19 +88,28 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
     table += conv_rows
     reports += [conv_report] if conv_report else []
     context = {}
-    if any(step.get("tactic") for step in program.steps):
+    if any(step.get("tactic") for step in program.steps) or whole_model is not None:
         if feeds is None:
             rows = gather_table_rows(program.steps, {n: list(w.shape) for n, w in program.weights.items()})
             feeds = random_inputs(program.inputs, profile.shapes("opt"), rows, seed=1)
         with phase("timing onnxruntime tactics on the whole program", options.show_progress):
-            context = confirm_in_context(program, feeds, shapes_by_level=shapes_by_level, cache=cache, target=target)
+            context = confirm_in_context(program, feeds, shapes_by_level=shapes_by_level, cache=cache, target=target,
+                                         whole_model=whole_model)
         timed = ", ".join(f"{label} {ms:.3g} ms" for label, ms in context["program_ms"].items())
-        log(f"onnxruntime tactics: {context['num_kept']} of {context['num_marked']} convolution and GEMM steps"
-            f"{' and ' + str(context['num_bridges']) + ' steps between them' if context['num_bridges'] else ''} run in "
-            f"onnxruntime, in {context['num_sessions']} session{'' if context['num_sessions'] == 1 else 's'} (the program at the opt shapes with the steps whose time "
-            f"alone, onnxruntime's over infc's, is: {timed})"
-            + "".join(f"; not a candidate: {reason}" for reason in context["rejected_wrong"])
-            + ("; the choice replayed from the timing cache, its outputs checked" if context["cached"] else ""))
+        if context.get("whole_model"):
+            log(f"the whole model runs in one onnxruntime session: {WHOLE_MARGIN:.0%} or more faster than every program "
+                f"on infc's kernels at the opt shapes ({timed}); its outputs checked against "
+                + ("onnxruntime's of the model as given" if whole_model.reference is not None else "infc's"))
+        elif not context["num_marked"]:
+            log(f"infc's kernels kept over the whole model in onnxruntime ({timed})"
+                + "".join(f"; not a candidate: {reason}" for reason in context["rejected_wrong"]))
+        else:
+            log(f"onnxruntime tactics: {context['num_kept']} of {context['num_marked']} convolution and GEMM steps"
+                f"{' and ' + str(context['num_bridges']) + ' steps between them' if context['num_bridges'] else ''} run in "
+                f"onnxruntime, in {context['num_sessions']} session{'' if context['num_sessions'] == 1 else 's'} (the program "
+                f"at the opt shapes with the steps whose time alone, onnxruntime's over infc's, is: {timed})"
+                + "".join(f"; not a candidate: {reason}" for reason in context["rejected_wrong"])
+                + ("; the choice replayed from the timing cache, its outputs checked" if context["cached"] else ""))
     return _tuning(table, reports, context, cache, log)
 
 

@@ -142,7 +142,9 @@ def test_cli_build_precision_json_and_inspect(tmp_path):
     assert no_calib.returncode == 2 and "--calib" in no_calib.stderr
 
 
-def test_precision_settings_are_part_of_the_cache_key():
+def test_precision_settings_are_part_of_the_cache_key(monkeypatch):
+    monkeypatch.setenv("INFC_WHOLE_MODEL", "1")  # the suite's setting (tests/conftest.py) adds a key of its own
+
     def key(precision, **settings):
         return BuildOptions(precision=precision, precision_settings=PrecisionSettings(**settings)).key_options()
 

@@ -1,0 +1,94 @@
+"""The whole model in one onnxruntime session, as one more variant of the in-context check.
+
+onnxruntime always competes (GUIDE.md): per GEMM shape, per convolution, per run of steps
+(tune_vendor.py, tune_context.py). On a small model that is not enough: each of infc's steps costs
+a few microseconds of Python, and a tree ensemble or a tiny audio net is hundreds of steps of a few
+microseconds of work, between islands that split any run of sessions (an IsolationForest: 761 steps
+around two islands, 6.9x onnxruntime's time). So the model that was lowered (optimized, at the
+build's precision) also runs as one island, timed and checked with the other variants; it is kept
+only when it beats the fastest of them by WHOLE_MARGIN, and then it is the whole program: one
+island step over the model, whose section holds the weights (the program's own go).
+
+What it must agree with: at fp32, onnxruntime's outputs of the model as given, in a session with
+its graph optimizations on (what a user of onnxruntime gets), not infc's program. The two differ on
+models quantized by other tools: the program computes the QDQ model's float arithmetic (bit for bit
+onnxruntime with its graph optimizations off, the reference of infc's other checks), onnxruntime's
+fused int8 kernels sum in integers, and a value near a bin edge flips a step (a QDQ ResNet: 2-3% of
+the largest output between them, each as far from fp32). A reduced-precision build checks it
+against its program, as the other variants.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from .lower import ISLAND_OP, Program
+
+WHOLE = "onnxruntime-whole-model"  # the variant's label in the check and the timing cache
+WHOLE_KEEP = frozenset({-1})  # its stand-in for a set of marked steps
+WHOLE_SECTION = "island_whole_model"  # plan sections named island* are islands (runtime/session.py)
+WHOLE_MARGIN = 0.10  # infc's own kernels stay unless the whole model in onnxruntime is this much faster
+# Above this the model is not offered whole: its bytes would be held twice while the variants race,
+# and on a model this large infc's kernels and tactic sessions are not dominated by per-step cost.
+WHOLE_MAX_BYTES = 256 << 20
+
+
+@dataclass
+class WholeModel:
+    model_bytes: bytes
+    # onnxruntime's outputs of the model as given, on the check's feeds (fp32 builds); None: the
+    # variant is checked against infc's program
+    reference: dict[str, np.ndarray] | None = None
+
+
+def offer(model: onnx.ModelProto | None) -> WholeModel | None:
+    model_bytes = whole_model_bytes(model)
+    return None if model_bytes is None else WholeModel(model_bytes)
+
+
+def original_outputs(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray] | None:
+    """onnxruntime's outputs of the model as given (graph optimizations on), or None when it does not run it."""
+    from .verify import ort_session  # noqa: PLC0415
+
+    names = [o.name for o in model.graph.output]
+    try:
+        return dict(zip(names, ort_session(model, optimize=True).run(names, feeds)))
+    except Exception:  # noqa: BLE001 - the variant is then checked against infc's program
+        return None
+
+
+def whole_model_offered() -> bool:
+    """False under INFC_WHOLE_MODEL=0: infc's kernels only, bar their own tactics (the test suite sets it)."""
+    return os.environ.get("INFC_WHOLE_MODEL", "1") != "0"
+
+
+def whole_model_bytes(model: onnx.ModelProto | None) -> bytes | None:
+    """The lowered model as one island's bytes, or None when it is too large to offer or not offered."""
+    if model is None or not whole_model_offered() or model.ByteSize() > WHOLE_MAX_BYTES:
+        return None
+    if any(not value.type.HasField("tensor_type") for value in [*model.graph.input, *model.graph.output]):
+        return None  # plans hold tensors (sequences and maps are refused elsewhere)
+    return model.SerializeToString()
+
+
+def whole_step(program: Program) -> dict:
+    """The one step of the whole-model variant: the program's inputs in, its outputs out."""
+    return {"op": ISLAND_OP, "domain": "", "name": WHOLE, "section": WHOLE_SECTION, "ops": ["(the whole model)"],
+            "inputs": [i["name"] for i in program.inputs], "outputs": [o["name"] for o in program.outputs], "attrs": {}}
+
+
+def keep_whole(program: Program, model_bytes: bytes) -> None:
+    """Makes the program the whole-model variant (its steps, islands and weights)."""
+    program.steps[:] = [whole_step(program)]
+    program.islands = {WHOLE_SECTION: model_bytes}
+    program.weights.clear()
+
+
+def wins(medians: dict[str, float]) -> bool:
+    """The whole model beats every other variant by WHOLE_MARGIN."""
+    others = [ms for label, ms in medians.items() if label != WHOLE]
+    return WHOLE in medians and bool(others) and medians[WHOLE] < min(others) * (1.0 - WHOLE_MARGIN)

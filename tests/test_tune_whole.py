@@ -1,0 +1,97 @@
+"""The whole model in one onnxruntime session as a variant of the in-context check
+(compiler/tune_whole.py): offered under the size cap, checked against infc's program, kept only by
+a margin, and then the plan is one island that runs, matches onnxruntime and says so in inspect."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from infc.compiler import tune_context, tune_whole
+from infc.compiler.build import BuildOptions, build
+from infc.compiler.plan_report import plan_report
+from infc.compiler.runtime.session import PlanSession
+from infc.compiler.testing import FIXTURES
+from infc.compiler.verify import ort_session
+
+PROFILES = FIXTURES.parent.parent / "profiles"
+
+
+@pytest.fixture(autouse=True)
+def offered(monkeypatch):
+    monkeypatch.setenv("INFC_WHOLE_MODEL", "1")  # the suite turns it off (tests/conftest.py)
+
+
+def test_the_whole_model_is_kept_only_by_its_margin():
+    assert tune_whole.wins({"none": 1.0, "all": 0.8, tune_whole.WHOLE: 0.7})
+    assert not tune_whole.wins({"none": 1.0, "all": 0.75, tune_whole.WHOLE: 0.7})  # within 10% of infc's best
+    assert not tune_whole.wins({"none": 1.0})  # not raced (refused by onnxruntime, or not offered)
+
+
+def test_offered_below_the_size_cap_with_tensor_io_unless_turned_off(monkeypatch):
+    model = onnx.load(str(FIXTURES / "cnn_ts.onnx"))
+    assert tune_whole.whole_model_bytes(model) == model.SerializeToString()
+    monkeypatch.setattr(tune_whole, "WHOLE_MAX_BYTES", model.ByteSize() - 1)
+    assert tune_whole.whole_model_bytes(model) is None
+    monkeypatch.undo()
+    monkeypatch.setenv("INFC_WHOLE_MODEL", "0")
+    assert tune_whole.whole_model_bytes(model) is None
+    assert BuildOptions().key_options()["whole_model"] is False  # another engine-cache key
+
+
+def _build(tmp_path, monkeypatch, whole_wins: bool):
+    monkeypatch.setattr(tune_context, "whole_wins", lambda medians: whole_wins and tune_whole.WHOLE in medians)
+    out = tmp_path / "cnn.plan"
+    report = build(str(FIXTURES / "cnn_ts.onnx"), str(PROFILES / "cnn.yaml"), str(out),
+                   BuildOptions(use_cache=False, show_progress=False, cache_dir=tmp_path))
+    return out, report
+
+
+def test_a_plan_kept_whole_is_one_island_that_matches_onnxruntime(tmp_path, monkeypatch):
+    out, report = _build(tmp_path, monkeypatch, whole_wins=True)
+    assert report["conv_tactics"]["whole_model"] and report["fallback_ops"] == ["(the whole model)"]
+    assert [k["op"] for k in report["kernels"]] == ["__island__"]
+    feeds = {"pixel_values": np.random.default_rng(3).standard_normal((5, 3, 32, 32)).astype(np.float32)}
+    expected = ort_session(onnx.load(str(FIXTURES / "cnn_ts.onnx"))).run(None, feeds)[0]
+    np.testing.assert_allclose(PlanSession(out).run(feeds)["logits"], expected, rtol=1e-4, atol=1e-5)
+    summary = plan_report(str(out))["onnxruntime_tactics"]
+    assert summary["whole_model"] and summary["kept"] == tune_whole.WHOLE
+
+
+def test_a_faster_program_on_infc_kernels_keeps_them(tmp_path, monkeypatch):
+    out, report = _build(tmp_path, monkeypatch, whole_wins=False)
+    assert tune_whole.WHOLE in report["conv_tactics"]["program_ms"]  # raced ...
+    assert "__island__" not in {k["op"] for k in report["kernels"]}  # ... and not kept
+
+
+def test_a_whole_model_onnxruntime_refuses_is_not_a_variant():
+    from infc.compiler.testing import lowered_and_observed
+
+    node = helper.make_node("Relu", ["x"], ["y"])
+    model = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    feeds = {"x": np.array([-1.0, 2.0], np.float32)}
+    program, _ = lowered_and_observed(model, {"opt": feeds})
+    summary = tune_context.confirm_in_context(program, feeds, budget_s=0.0, whole_model=tune_whole.WholeModel(b"not a model"))
+    assert summary["rejected_wrong"][0].startswith(f"{tune_whole.WHOLE}: ") and not summary.get("whole_model")
+    assert program.steps[0]["op"] == "Relu"
+
+
+def test_the_whole_model_is_held_to_its_own_reference():
+    """At fp32 the variant must agree with onnxruntime on the model as given (optimizations on: a QDQ
+    model's fused int8 kernels), not with infc's program, which computes its float arithmetic."""
+    from infc.compiler.testing import lowered_and_observed
+
+    node = helper.make_node("Relu", ["x"], ["y"])
+    model = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    feeds = {"x": np.array([-1.0, 2.0], np.float32)}
+    program, _ = lowered_and_observed(model, {"opt": feeds})
+    right = tune_whole.original_outputs(model, feeds)
+    assert right is not None and np.array_equal(right["y"], [0.0, 2.0])
+    for reference, is_refused in ((right, False), ({"y": np.array([0.0, 3.0], np.float32)}, True)):
+        whole = tune_whole.WholeModel(model.SerializeToString(), reference)
+        summary = tune_context.confirm_in_context(program, feeds, budget_s=0.0, whole_model=whole)
+        assert any(r.startswith(tune_whole.WHOLE) for r in summary["rejected_wrong"]) == is_refused
