@@ -32,9 +32,9 @@ WHOLE = "onnxruntime-whole-model"  # the variant's label in the check and the ti
 WHOLE_KEEP = frozenset({-1})  # its stand-in for a set of marked steps
 WHOLE_SECTION = "island_whole_model"  # plan sections named island* are islands (runtime/session.py)
 WHOLE_MARGIN = 0.10  # infc's own kernels stay unless the whole model in onnxruntime is this much faster
-# Above this the model is not offered whole: its bytes would be held twice while the variants race,
-# and on a model this large infc's kernels and tactic sessions are not dominated by per-step cost.
-WHOLE_MAX_BYTES = 256 << 20
+# Above this the model is not offered whole: while the variants race it is held three more times
+# (its bytes, the session, the reference's session), and protobuf cannot serialize past 2 GiB.
+WHOLE_MAX_BYTES = 1 << 30
 
 
 @dataclass
