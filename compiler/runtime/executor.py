@@ -48,6 +48,7 @@ from .kernels import kernel_for
 from .kernels.common import KernelContext, decode_attrs
 from .kernels.conv_epilogue import fuse_conv_epilogues
 from .kernels.fake_quant import fuse_fake_quantize
+from .ort_crashes import optimizers_to_disable
 from .shape_contract import contradicts_shapes, input_shapes_text
 from .vendor_op import (GROUP_OP, TACTIC, as_feed, group_runner, group_tactic_steps, is_bridge_step, is_vendor_step,
                         vendor_runner)
@@ -416,27 +417,25 @@ def _island_runner(model_bytes: bytes, input_names, output_names) -> Callable:
     """An onnxruntime session over the island's subgraph. An input whose type the build could not
     infer (the output of a contrib op ONNX's inference does not know, e.g. QLinearAdd) takes the
     type of the first array it is fed: the session is created at the first run then."""
+    import onnx  # noqa: PLC0415
     import onnxruntime as ort  # noqa: PLC0415 - only programs with islands need it
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failure surfaces as the step's one-line error, not as ORT log lines
-    untyped = _untyped_inputs(model_bytes)
-    sessions = [] if untyped else [ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])]
+    model = onnx.load_from_string(model_bytes)
+    untyped = any(not value.type.tensor_type.elem_type for value in model.graph.input)
+    disabled = optimizers_to_disable(model.graph.node) or None  # known onnxruntime crashes (ort_crashes.py)
+    del model
+    sessions = [] if untyped else [ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"],
+                                                        disabled_optimizers=disabled)]
 
     def _island(inputs, attrs, ctx):
         if not sessions:
             sessions.append(ort.InferenceSession(_typed(model_bytes, dict(zip(input_names, inputs))), options,
-                                                 providers=["CPUExecutionProvider"]))
+                                                 providers=["CPUExecutionProvider"], disabled_optimizers=disabled))
         return sessions[0].run(list(output_names), {name: as_feed(value) for name, value in zip(input_names, inputs)})
 
     return _island
-
-
-def _untyped_inputs(model_bytes: bytes) -> bool:
-    import onnx  # noqa: PLC0415
-
-    model = onnx.load_from_string(model_bytes)
-    return any(not value.type.tensor_type.elem_type for value in model.graph.input)
 
 
 def _typed(model_bytes: bytes, feeds: dict) -> bytes:

@@ -1,8 +1,11 @@
 """Sessions over graphs that crash onnxruntime's optimizers are built with that optimizer off
 (runtime/ort_crashes.py). The build runs in a child process: the crash is a segfault."""
 
+import os
 import subprocess
 import sys
+
+import pytest
 
 import numpy as np
 import onnx
@@ -23,7 +26,8 @@ def test_transpose_cast_matmul_turns_off_the_transpose_fusion():
     assert optimizers_to_disable(_nodes(with_cast=False)) == []
 
 
-def test_fp16_plan_of_a_sequence_first_projection_builds(tmp_path):
+@pytest.mark.parametrize("whole_model", ["0", "1"])  # also raced whole in one session (compiler/tune_whole.py)
+def test_fp16_plan_of_a_sequence_first_projection_builds(tmp_path, whole_model):
     # the fp16 plan computes the Transpose in fp16 and the MatMul in fp32 between Casts: its
     # onnxruntime session held Transpose -> Cast -> MatMul, and the build died with SIGSEGV
     rng = np.random.default_rng(0)
@@ -38,7 +42,8 @@ def test_fp16_plan_of_a_sequence_first_projection_builds(tmp_path):
     np.savez(tmp_path / "x.npz", x=x)
 
     def infc(*args):
-        return subprocess.run([sys.executable, "-m", "infc.cli", *map(str, args)], capture_output=True, text=True)
+        return subprocess.run([sys.executable, "-m", "infc.cli", *map(str, args)], capture_output=True, text=True,
+                              env={**os.environ, "INFC_WHOLE_MODEL": whole_model})
 
     built = infc("build", tmp_path / "m.onnx", "-o", tmp_path / "m.plan", "--precision", "fp16", "--no-cache")
     assert built.returncode == 0, built.stderr[-2000:]
