@@ -31,7 +31,8 @@ from .runtime.feeds_io import check_feeds, feeds_digest, gather_table_rows, rand
 from .runtime.kernels import has_kernel
 from .target import target_fingerprint
 from .tune_whole import offer as offer_whole_model
-from .tune_whole import original_outputs, whole_model_offered
+from .tune_whole import prove as prove_whole_model
+from .tune_whole import whole_model_offered
 from .verify import compare_outputs, ort_session
 
 PLAN_KIND = "one_shot"
@@ -172,8 +173,11 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
             report.update(target="cpu", fingerprint=fingerprint, cuda_fallback_reason=cuda_fallback)
     else:
         feeds = _level_feeds(program, profile.shapes("opt"), rows, given, seed=1)
-        if whole is not None and options.precision == "fp32":  # held to onnxruntime on the model as given
-            whole.reference = original_outputs(model, feeds)
+        if whole is not None:  # run once apart first; at fp32 held to onnxruntime on the model as given
+            refused = prove_whole_model(whole, model if options.precision == "fp32" else None, feeds)
+            if refused:
+                log(f"the whole model is not raced in onnxruntime: {refused}")
+                whole = None
         tuning = tune_program(program, shapes_by_level, profile, options, log, feeds=feeds, whole_model=whole)
         drop_packings_onnxruntime_replaces(program)
     del whole

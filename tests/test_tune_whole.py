@@ -95,3 +95,28 @@ def test_the_whole_model_is_held_to_its_own_reference():
         whole = tune_whole.WholeModel(model.SerializeToString(), reference)
         summary = tune_context.confirm_in_context(program, feeds, budget_s=0.0, whole_model=whole)
         assert any(r.startswith(tune_whole.WHOLE) for r in summary["rejected_wrong"]) == is_refused
+
+
+def _relu_model():
+    node = helper.make_node("Relu", ["x"], ["y"])
+    return helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]),
+                             opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_the_whole_model_runs_once_in_a_child_before_it_races(monkeypatch):
+    """A session that kills the process (a segfault in a graph optimizer, a SIGFPE in a kernel) costs
+    the variant, not the build; the child also computes the fp32 reference."""
+    import os
+    import signal
+    import time
+
+    model, feeds = _relu_model(), {"x": np.array([-1.0, 2.0], np.float32)}
+    whole = tune_whole.WholeModel(model.SerializeToString())
+    assert tune_whole.prove(whole, model, feeds) is None
+    np.testing.assert_array_equal(whole.reference["y"], [0.0, 2.0])
+    assert tune_whole.prove(tune_whole.WholeModel(b"not a model"), None, feeds) == "onnxruntime does not run it on the build's inputs"
+    monkeypatch.setattr(tune_whole, "_run_once", lambda model_bytes, feeds: os.kill(os.getpid(), signal.SIGFPE))
+    assert tune_whole.prove(whole, None, feeds) == "onnxruntime died of SIGFPE running it on the build's inputs"
+    monkeypatch.setattr(tune_whole, "_run_once", lambda model_bytes, feeds: time.sleep(30))
+    assert tune_whole.prove(whole, None, feeds, timeout_s=0.5) == "one run of it did not finish within 0.5 s"
