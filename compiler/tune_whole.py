@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
+from .child_run import CHILD_TIMEOUT_S, run_in_child
 from .lower import ISLAND_OP, Program
 
 WHOLE = "onnxruntime-whole-model"  # the variant's label in the check and the timing cache
@@ -50,51 +51,19 @@ def offer(model: onnx.ModelProto | None) -> WholeModel | None:
     return None if model_bytes is None else WholeModel(model_bytes)
 
 
-CANARY_TIMEOUT_S = 300.0
+def prove(whole: WholeModel, original: onnx.ModelProto | None, feeds: dict, timeout_s: float = CHILD_TIMEOUT_S) -> str | None:
+    """Runs the whole model once on `feeds` in a forked child (child_run.py), and there computes
+    onnxruntime's outputs of the `original` model (fp32 builds) into `whole.reference`: a session
+    that kills the process then costs the variant, not the build. None when it ran; else why it is
+    not raced."""
+    def once():
+        _run_once(whole.model_bytes, feeds)
+        return original_outputs(original, feeds) if original is not None else None
 
-
-def prove(whole: WholeModel, original: onnx.ModelProto | None, feeds: dict, timeout_s: float = CANARY_TIMEOUT_S) -> str | None:
-    """Runs the whole model once on `feeds` in a forked child, and there computes onnxruntime's
-    outputs of the `original` model (fp32 builds) into `whole.reference`: a session that crashes the
-    process (a segfault in a graph optimizer, a SIGFPE in a kernel on short audio; no `try` catches
-    them) then costs the variant, not the build. None when it ran; else why it is not raced."""
-    if not hasattr(os, "fork"):  # no fork (Windows): in this process, as the race will anyway
-        whole.reference = original_outputs(original, feeds) if original is not None else None
-        return None
-    import signal  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
-    import time  # noqa: PLC0415
-
-    with tempfile.TemporaryDirectory(prefix="infc-whole-") as folder:
-        path = os.path.join(folder, "reference.npz")
-        pid = os.fork()
-        if pid == 0:  # the child: never returns into the build
-            code = 3
-            try:
-                _run_once(whole.model_bytes, feeds)
-                reference = original_outputs(original, feeds) if original is not None else None
-                if reference is not None:
-                    np.savez(path, **{name: _storable(value) for name, value in reference.items()})
-                code = 0
-            finally:
-                os._exit(code)
-        deadline = time.monotonic() + timeout_s
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                return f"one run of it did not finish within {timeout_s:g} s"
-            time.sleep(0.02)
-        if os.WIFSIGNALED(status):
-            return f"onnxruntime died of {signal.Signals(os.WTERMSIG(status)).name} running it on the build's inputs"
-        if os.WEXITSTATUS(status) != 0:
-            return "onnxruntime does not run it on the build's inputs"
-        if original is not None and os.path.exists(path):
-            with np.load(path, allow_pickle=False) as stored:
-                whole.reference = {name: stored[name] for name in stored.files}
+    reference, failure = run_in_child(once, timeout_s)
+    if failure is not None:
+        return failure + " running it on the build's inputs"
+    whole.reference = reference
     return None
 
 
@@ -110,12 +79,6 @@ def _run_once(model_bytes: bytes, feeds: dict) -> None:
                                    disabled_optimizers=optimizers_to_disable(onnx.load_from_string(model_bytes).graph.node) or None)
     names = {i.name for i in session.get_inputs()}
     session.run(None, {name: as_feed(value) for name, value in feeds.items() if name in names})
-
-
-def _storable(value) -> np.ndarray:
-    """An output as .npz stores it without pickle: strings as fixed-width unicode."""
-    array = np.asarray(value)
-    return array.astype(str) if array.dtype == object else array
 
 
 def original_outputs(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray] | None:
