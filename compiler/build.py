@@ -143,7 +143,8 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
     # the whole model, raced in one onnxruntime session by the CPU tuner (tune_whole.py); at fp32 the
     # optimized model as it is, where a QDQ model keeps the int8 weights onnxruntime's int8 kernels read
-    whole = (offer_whole_model(optimized.model if options.precision == "fp32" else precision.model)
+    is_reduced = options.precision != "fp32"
+    whole = (offer_whole_model(precision.model if is_reduced else optimized.model, is_reduced)
              if options.target != "cuda" and options.allow_fallback else None)
     # the program holds the weights now: the optimized model's copies go (the given model stays, the
     # reference of --verify and of the precision report)
@@ -173,8 +174,8 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
             report.update(target="cpu", fingerprint=fingerprint, cuda_fallback_reason=cuda_fallback)
     else:
         feeds = _level_feeds(program, profile.shapes("opt"), rows, given, seed=1)
-        if whole is not None:  # run once apart first; at fp32 held to onnxruntime on the model as given
-            refused = prove_whole_model(whole, model if options.precision == "fp32" else None, feeds)
+        if whole is not None:  # run once apart first; held to onnxruntime on the model as given (tune_whole.py)
+            refused = prove_whole_model(whole, model, feeds)
             if refused:
                 log(f"the whole model is not raced in onnxruntime: {refused}")
                 whole = None

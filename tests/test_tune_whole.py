@@ -92,7 +92,7 @@ def test_the_whole_model_is_held_to_its_own_reference():
     right = tune_whole.original_outputs(model, feeds)
     assert right is not None and np.array_equal(right["y"], [0.0, 2.0])
     for reference, is_refused in ((right, False), ({"y": np.array([0.0, 3.0], np.float32)}, True)):
-        whole = tune_whole.WholeModel(model.SerializeToString(), reference)
+        whole = tune_whole.WholeModel(model.SerializeToString(), reference=reference)
         summary = tune_context.confirm_in_context(program, feeds, budget_s=0.0, whole_model=whole)
         assert any(r.startswith(tune_whole.WHOLE) for r in summary["rejected_wrong"]) == is_refused
 
@@ -120,3 +120,15 @@ def test_the_whole_model_runs_once_in_a_child_before_it_races(monkeypatch):
     assert tune_whole.prove(whole, None, feeds) == "onnxruntime died of SIGFPE running it on the build's inputs"
     monkeypatch.setattr(tune_whole, "_run_once", lambda model_bytes, feeds: time.sleep(30))
     assert tune_whole.prove(whole, None, feeds, timeout_s=0.5) == "it did not finish within 0.5 s running it on the build's inputs"
+
+
+def test_a_reduced_precision_whole_model_is_held_to_fp32_as_closely_as_the_program():
+    """fp16 / int8: the model is infc's own and rounds otherwise than its program (onnxruntime's int8
+    kernels sum in integers); it must be about as close to the fp32 outputs as the program is."""
+    whole = tune_whole.WholeModel(b"", is_reduced=True, reference={"y": np.array([1.0, -2.0, 4.0])})
+    program = {"y": np.array([1.0, -2.0, 4.04])}  # 1% of the largest from fp32
+    assert tune_whole.accuracy_refusal(whole, {"y": np.array([1.05, -2.0, 4.0])}, program, ["y"]) is None  # 1.25%
+    assert tune_whole.accuracy_refusal(whole, {"y": np.array([1.0, -2.16, 4.0])}, program, ["y"]) == (
+        "0.04 of the largest output from fp32, where infc's program is 0.01")
+    exact = {"y": np.array([1.0, -2.0, 4.0])}  # a program on fp32's outputs still leaves the slack
+    assert tune_whole.accuracy_refusal(whole, {"y": np.array([1.0, -2.0, 4.002])}, exact, ["y"]) is None
