@@ -428,10 +428,14 @@ def _island_runner(model_bytes: bytes, input_names, output_names) -> Callable:
     del model
     sessions = [] if untyped else [ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"],
                                                         disabled_optimizers=disabled)]
+    # the bytes are kept only until the session exists: a whole-model island (tune_whole.py) is the
+    # model itself, and onnxruntime holds its own copy of the weights
+    pending = [model_bytes] if untyped else []
+    del model_bytes
 
     def _island(inputs, attrs, ctx):
         if not sessions:
-            sessions.append(ort.InferenceSession(_typed(model_bytes, dict(zip(input_names, inputs))), options,
+            sessions.append(ort.InferenceSession(_typed(pending.pop(), dict(zip(input_names, inputs))), options,
                                                  providers=["CPUExecutionProvider"], disabled_optimizers=disabled))
         return sessions[0].run(list(output_names), {name: as_feed(value) for name, value in zip(input_names, inputs)})
 
