@@ -97,8 +97,8 @@ class Executor:
                  observer: Callable[[str, np.ndarray], None] | None = None, trial: bool = False):
         """`observer(name, array)`, when given, sees every value a step produces (e.g. to plan memory).
         `trial`: one of several program variants the build times in turns (tune_context.py): its
-        onnxruntime sessions never spin-wait (spinning workers would slow the others; otherwise a
-        program's only session does, runtime/vendor_op.py), and a session that does not load is
+        onnxruntime sessions, islands included, never spin-wait (spinning workers would slow the others;
+        otherwise a program's only session does, runtime/vendor_op.py), and a session that does not load is
         only noted, not warned about."""
         self._trial = trial
         self._weights = dict(weights)
@@ -154,7 +154,7 @@ class Executor:
             if section not in islands:
                 raise BadInput(f"island step needs section '{section}', which the program does not carry")
             ops = ", ".join(step.get("ops") or ())  # what it runs, for errors and --op-profile
-            return _Step(_island_runner(islands[section], inputs, outputs), {}, KernelContext(self.opset),
+            return _Step(_island_runner(islands[section], inputs, outputs, spin=not self._trial), {}, KernelContext(self.opset),
                          inputs, outputs, f"onnxruntime island '{section}' ({ops})", (domain, ISLAND_OP))
         if step["op"] == GROUP_OP:
             return _Step(group_runner(step, self._weights, decode_attrs, self.opset, self._spin, islands), {}, KernelContext(self.opset), inputs, outputs,
@@ -413,15 +413,19 @@ def memo_kinds(steps, weights: set[str], outputs: set[str]) -> list[int]:
     return kinds
 
 
-def _island_runner(model_bytes: bytes, input_names, output_names) -> Callable:
+def _island_runner(model_bytes: bytes, input_names, output_names, spin: bool = True) -> Callable:
     """An onnxruntime session over the island's subgraph. An input whose type the build could not
     infer (the output of a contrib op ONNX's inference does not know, e.g. QLinearAdd) takes the
-    type of the first array it is fed: the session is created at the first run then."""
+    type of the first array it is fed: the session is created at the first run then. `spin`:
+    onnxruntime's default; off in a trial executor, whose variants take turns (the whole-model
+    variant spinning after its run took the cores from the next one, and won races it should not)."""
     import onnx  # noqa: PLC0415
     import onnxruntime as ort  # noqa: PLC0415 - only programs with islands need it
 
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failure surfaces as the step's one-line error, not as ORT log lines
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     model = onnx.load_from_string(model_bytes)
     untyped = any(not value.type.tensor_type.elem_type for value in model.graph.input)
     disabled = optimizers_to_disable(model.graph.node) or None  # known onnxruntime crashes (ort_crashes.py)
