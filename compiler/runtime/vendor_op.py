@@ -138,7 +138,10 @@ def vendor_runner(step_op: str, step_domain: str, attrs: dict, input_names: list
     wanted = [bool(name) for name in (output_names or ["y"])]
     node_outputs = [f"y{i}" if is_wanted else "" for i, is_wanted in enumerate(wanted)]
     step = {"op": step_op, "domain": step_domain, "inputs": list(input_names), "outputs": node_outputs, "attrs": attrs}
-    fed = [(name, index) for index, name in enumerate(input_names[:_num_read(step)]) if name and name not in constants]
+    fed = []  # (name, index) once per name: a tensor read twice (an LSTM's h0 = c0) is one session input
+    for index, name in enumerate(input_names[:_num_read(step)]):
+        if name and name not in constants and name not in {fed_name for fed_name, _ in fed}:
+            fed.append((name, index))
     outputs = [name for name in node_outputs if name]
     session = _session([step], [name for name, _ in fed], outputs, constants, lambda a: a, threads)
 

@@ -58,3 +58,23 @@ def test_lstm_batch_major_layout_equals_transposed(rng, single_node, ort_check, 
     got = native(batch_major, {"x": x})
     np.testing.assert_allclose(got["y"], reference["y"].transpose(2, 0, 1, 3), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got["y_h"], reference["y_h"].transpose(1, 0, 2), rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_in_onnxruntime_reading_one_state_tensor_twice(rng, single_node):
+    # TorchScript exports feed one zeros tensor as both h0 and c0: the onnxruntime form of the step
+    # must declare it once ("Duplicate definition-site" otherwise)
+    import onnxruntime as ort
+    from infc.compiler.runtime.vendor_op import vendor_runner
+    x = rng.standard_normal((SEQ, BATCH, INPUT)).astype(F32)
+    state = rng.standard_normal((1, BATCH, HIDDEN)).astype(F32)
+    inits, _ = _inputs(rng, "LSTM", 1)
+    names = ["x", "w", "r", "b", "", "state", "state"]
+    run = vendor_runner("LSTM", "", {"hidden_size": HIDDEN}, names, inits, threads=1,
+                        output_names=["y", "y_h", "y_c"])
+    got = run([x, inits["w"], inits["r"], inits["b"], None, state, state], {}, None)
+    model = single_node("LSTM", {"x": x, "state": state}, [("y", F32), ("y_h", F32), ("y_c", F32)],
+                        {"hidden_size": HIDDEN}, inits, opset=14, input_names=names)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x, "state": state})
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
