@@ -147,9 +147,11 @@ def _nbytes(info: dict) -> int:
     return int(np.prod(info["shape"])) * np.dtype(info["dtype"]).itemsize if info["shape"] else np.dtype(info["dtype"]).itemsize
 
 
-def _tuning_table(tuning: list[dict]) -> Table:
+def _tuning_table(tuning: list[dict], whole_model: bool = False) -> Table:
+    # a plan kept whole runs none of these: say so rather than leave them looking like the plan's kernels
+    unused = "; tuned before the whole model won, not run by this plan" if whole_model else ""
     table = Table(title="Tuned kernels per shape (time as % of the vendor library: BLAS for a GEMM's recipes, "
-                        "onnxruntime for convolution and GEMM steps; lower is faster)")
+                        f"onnxruntime for convolution and GEMM steps; lower is faster{unused})")
     for column in ("problem (GEMM: M bucket x N x K)", "source", "winner", "winner %", "fastest candidates (% of vendor)"):
         table.add_column(column)
     for entry in tuning:
@@ -213,7 +215,7 @@ def print_plan_report(report: dict, console: Console) -> None:
             console.print(f"  {decoder['gemms_reading_codes']} of them read 8-bit weight codes for decode rows "
                           "(the same sums as on the dequantized weights)")
     if report["tuning"]:
-        console.print(_tuning_table(report["tuning"]))
+        console.print(_tuning_table(report["tuning"], bool((report.get("onnxruntime_tactics") or {}).get("whole_model"))))
     if report.get("gpu_host_ops"):
         console.print(f"GPU plan: on the CPU with host copies (no device kernel): {', '.join(report['gpu_host_ops'])}")
     tactics = report.get("onnxruntime_tactics")
@@ -288,7 +290,7 @@ def print_build_report(report: dict, console: Console) -> None:
         tc = report["timing_cache"]
         console.print(f"timing cache: {tc.get('hits', 0)} hits, {tc.get('misses', 0)} tuned now")
     if report.get("tuning"):
-        console.print(_tuning_table(report["tuning"]))
+        console.print(_tuning_table(report["tuning"], bool((report.get("conv_tactics") or {}).get("whole_model"))))
     if report.get("fallback_ops"):
         console.print(f"onnxruntime fallback for: {', '.join(report['fallback_ops'])}")
     memory = report.get("memory") or {}

@@ -6,10 +6,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from rich.console import Console
 
 from infc.compiler import tune_context, tune_whole
 from infc.compiler.build import BuildOptions, build
-from infc.compiler.plan_report import plan_report
+from infc.compiler.plan_report import plan_report, print_plan_report
 from infc.compiler.runtime.session import PlanSession
 from infc.compiler.testing import FIXTURES
 from infc.compiler.verify import ort_session
@@ -54,8 +55,12 @@ def test_a_plan_kept_whole_is_one_island_that_matches_onnxruntime(tmp_path, monk
     feeds = {"pixel_values": np.random.default_rng(3).standard_normal((5, 3, 32, 32)).astype(np.float32)}
     expected = ort_session(onnx.load(str(FIXTURES / "cnn_ts.onnx"))).run(None, feeds)[0]
     np.testing.assert_allclose(PlanSession(out).run(feeds)["logits"], expected, rtol=1e-4, atol=1e-5)
-    summary = plan_report(str(out))["onnxruntime_tactics"]
+    report = plan_report(str(out))
+    summary = report["onnxruntime_tactics"]
     assert summary["whole_model"] and summary["kept"] == tune_whole.WHOLE
+    console = Console(record=True, width=400)
+    print_plan_report(report, console)
+    assert "not run by this plan" in console.export_text()  # the GEMMs tuned before the race are not its kernels
 
 
 def test_a_faster_program_on_infc_kernels_keeps_them(tmp_path, monkeypatch):
