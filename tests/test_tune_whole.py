@@ -10,6 +10,7 @@ from rich.console import Console
 
 from infc.compiler import tune_context, tune_whole
 from infc.compiler.build import BuildOptions, build
+from infc.compiler.errors import BadInput
 from infc.compiler.plan_report import plan_report, print_plan_report
 from infc.compiler.runtime.session import PlanSession
 from infc.compiler.testing import FIXTURES
@@ -54,7 +55,11 @@ def test_a_plan_kept_whole_is_one_island_that_matches_onnxruntime(tmp_path, monk
     assert [k["op"] for k in report["kernels"]] == ["__island__"]
     feeds = {"pixel_values": np.random.default_rng(3).standard_normal((5, 3, 32, 32)).astype(np.float32)}
     expected = ort_session(onnx.load(str(FIXTURES / "cnn_ts.onnx"))).run(None, feeds)[0]
-    np.testing.assert_allclose(PlanSession(out).run(feeds)["logits"], expected, rtol=1e-4, atol=1e-5)
+    session = PlanSession(out)
+    assert session.executor._sole_island is not None  # runs straight into onnxruntime, no slots or memo
+    np.testing.assert_allclose(session.run(feeds)["logits"], expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(BadInput, match="does not run at these inputs"):  # still infc's words, not a traceback
+        session.run({"pixel_values": np.zeros((1, 4, 32, 32), np.float32)})
     report = plan_report(str(out))
     summary = report["onnxruntime_tactics"]
     assert summary["whole_model"] and summary["kept"] == tune_whole.WHOLE

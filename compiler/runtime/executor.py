@@ -120,6 +120,10 @@ class Executor:
         self.input_names = _graph_inputs(program_steps, self._weights)
         self.notes: list[str] = []  # what did not run as planned (a tactic session that did not load)
         self._steps = [prepared for step in program_steps for prepared in self._prepare_or_own(step, islands or {})]
+        # a program onnxruntime runs whole (islands, one session) calls no BLAS of ours: capping its
+        # threads around every run would cost a tiny model's run a tenth of its time
+        self._caps_blas = any(step.key[1] not in (ISLAND_OP, GROUP_OP) for step in self._steps)
+        self._sole_island = self._the_sole_island()
         self._assign_frees()
         self._classify()
         self._assign_slots()
@@ -236,10 +240,22 @@ class Executor:
             self._initial[slots[name]] = value
         self._output_slots = [(name, slots[name]) for name in self.output_names]
 
+    def _the_sole_island(self) -> _Step | None:
+        """The one step of a plan that is one onnxruntime island reading the graph inputs and writing
+        every output (a model kept whole, tune_whole.py): its runs skip the slots and memo, whose
+        microseconds are a tiny model's run time in onnxruntime over again."""
+        if self._observer is not None or len(self._steps) != 1 or self._steps[0].key[1] != ISLAND_OP:
+            return None
+        step = self._steps[0]
+        reads_inputs = set(step.inputs) <= set(self.input_names) and "" not in step.inputs
+        return step if reads_inputs and set(self.output_names) <= set(step.outputs) else None
+
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = [name for name in self.input_names if name not in feeds]
         if missing:
             raise BadInput(f"missing input(s): {', '.join(missing)}")
+        if self._sole_island is not None:
+            return self._run_sole_island(feeds)
         values = self._initial.copy()
         slots = self._slots
         for name, value in feeds.items():
@@ -249,7 +265,7 @@ class Executor:
         # a feed that overrides a weight (an initializer listed as a graph input) voids the memo
         memoize = feeds.keys().isdisjoint(self._weights)
         try:
-            with blas_threads(1):  # see the module docstring: parallel work goes through parallel_for
+            with blas_threads(1 if self._caps_blas else None):  # the module docstring: parallel work goes through parallel_for
                 if memoize and self._observer is None:
                     self._run_fast(values)
                 else:
@@ -260,15 +276,30 @@ class Executor:
             self._forget_shapes()
             if step is not None and step.donors:
                 step.ctx.out[0] = None
-            if isinstance(exc, InfcError) or not isinstance(exc, Exception):
-                raise
-            label = step.label if step is not None else "run"
-            first_line = (str(exc).strip().splitlines() or [""])[0]
-            if contradicts_shapes(exc):
-                raise BadInput(f"the model does not run at input shapes {input_shapes_text(feeds)}: "
-                               f"{label}: {first_line}") from exc
-            raise InfcError(f"{label} failed: {type(exc).__name__}: {exc}") from exc
+            self._raise_failed(exc, step, feeds)
         return {name: values[index] for name, index in self._output_slots}
+
+    def _run_sole_island(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        step = self._sole_island
+        try:
+            results = step.run([feeds[name] for name in step.inputs], step.attrs, step.ctx)
+        except BaseException as exc:
+            self._raise_failed(exc, step, feeds)
+        produced = dict(zip(step.outputs, results))
+        return {name: produced[name] for name in self.output_names}
+
+    @staticmethod
+    def _raise_failed(exc: BaseException, step: _Step | None, feeds: dict) -> None:
+        """A run's failure as infc reports it: the step and its words, a shape the model cannot take as
+        bad input."""
+        if isinstance(exc, InfcError) or not isinstance(exc, Exception):
+            raise exc
+        label = step.label if step is not None else "run"
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        if contradicts_shapes(exc):
+            raise BadInput(f"the model does not run at input shapes {input_shapes_text(feeds)}: "
+                           f"{label}: {first_line}") from exc
+        raise InfcError(f"{label} failed: {type(exc).__name__}: {exc}") from exc
 
     def _run_fast(self, values: list) -> None:
         """The hot loop: memoized shape arithmetic, no observer."""
