@@ -51,7 +51,7 @@ CEILING_SIZE = 8192           # square matrix products for the cuBLAS ceilings a
 L2_BYTES = 60 * 2**20
 BIG_WEIGHT_BYTES = 32 * 2**20
 # What a run can do, in order; --sections picks some (a short device lease re-measures one part).
-SECTIONS = ("correctness", "e2e", "precision", "decode", "prefill", "square")
+SECTIONS = ("correctness", "e2e", "precision", "serve", "decode", "prefill", "square")
 SECTION_FAMILIES = {"decode": ("skinny", "skinny_int8"), "prefill": ("mma",), "square": ("mma", "simt")}
 GOALS = {"decode_speedup": 1.2, "decode_bw_pct": 80.0, "mma_vs_cublas": 0.55, "simt_vs_sgemm": 0.8, "e2e_rel_err": 1e-4,
          "precision_speedup": 1.5, "int8_vs_bf16": 1.7}
@@ -173,6 +173,8 @@ def summarize(results: dict) -> dict:
         "e2e_models": len(results.get("end_to_end", [])),
         "precision_speedup": (results.get("precision_speed") or {}).get("speedup"),
         "int8_vs_best_bf16_m1": min(int8_m1) if int8_m1 else None,
+        "serve": [{k: r.get(k) for k in ("model", "greedy_agreement", "tpot_ms_cpu_over_gpu", "output_tok_s_gpu_over_cpu")}
+                  for r in results.get("serve", []) if "greedy_agreement" in r],
     }
     precision = results.get("precision_speed") or {}
     summary["pass"] = {
@@ -226,6 +228,9 @@ def format_table(results: dict) -> str:
         f"{GOALS['int8_vs_bf16']})  {'ok' if p.get('int8') else 'MISS'}",
         "fp16/bf16 plan  " + "  ".join(f"{k} {_fmt(v)}x" for k, v in (s.get("precision_speedup") or {}).items())
         + f" the fp32 plan's speed (encoder, goal {GOALS['precision_speedup']})  {'ok' if p.get('precision') else 'MISS'}",
+        "decode on GPU   " + ("  ".join(f"{Path(r['model']).stem}: tokens {_fmt(r['greedy_agreement'])} as the CPU plan's, "
+                                        f"TPOT {_fmt(r['tpot_ms_cpu_over_gpu'], '.1f')}x faster"
+                                        for r in s.get("serve", [])) or "-"),
     ]
     return "\n".join(lines)
 
@@ -635,6 +640,20 @@ def precision_speed(args) -> dict:
         return {"error": traceback.format_exc()[-1500:]}
 
 
+def decode_serving(args) -> list[dict]:
+    """Decoder plans on the GPU: the engine serving the same greedy requests from a cuda and a cpu plan
+    (bench/gpu_decode.py): token agreement, TPOT / TTFT / throughput ratios."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_decode import measure  # noqa: PLC0415
+
+    sizes = {"requests": 4, "input_len": 32, "output_len": 16} if args.quick else {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="infc-serve-") as tmp:
+            return measure(Path(tmp), args.cubins.parent, **sizes)
+    except Exception:  # noqa: BLE001 - record it; the kernel checks stand on their own
+        return [{"error": traceback.format_exc()[-1500:]}]
+
+
 def run_device(args, results: dict, started: float) -> None:
     import_infc()
     from infc.compiler.codegen.variants import VARIANTS  # noqa: PLC0415
@@ -688,6 +707,8 @@ def run_device(args, results: dict, started: float) -> None:
         results["end_to_end"] = end_to_end(args, int(rng.integers(1 << 31)))
     if "precision" in sections:
         results["precision_speed"] = precision_speed(args)
+    if "serve" in sections:
+        results["serve"] = decode_serving(args)
 
     copy = results["ceilings"].get("copy_tb_s")
     ms = (1, 16) if args.quick else DECODE_M

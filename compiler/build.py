@@ -115,9 +115,9 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     profile = (load_profile(profile_path) if profile_path else feeds_profile(given) if given
                else default_profile(graph_inputs))
     if profile.decode:  # decoder plans: paged attention, KV cache in the runtime's block pool
-        if requested_target == "cuda":
-            raise BadInput(f"{profile_path}: decoder plans run on the CPU only so far; use --target cpu")
-        options.target = "cpu"
+        if requested_target == "auto" and options.target == "cuda":  # the device decode path is new: asked for by name
+            log("decoder plan: --target auto builds for the CPU; --target cuda runs the decode loop's model on the GPU")
+        options.target = "cuda" if requested_target == "cuda" else "cpu"
         from .decoder import build_decoder_plan  # noqa: PLC0415 - it imports helpers from this module
         handed = [model]  # the decoder build drops the loaded model once optimized: keep no reference here
         del model

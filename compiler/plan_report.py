@@ -42,6 +42,9 @@ DECODER_FIELDS = ("num_layers", "num_heads", "num_kv_heads", "head_dim", "vocab_
 GEMM_INVARIANCE = ("float32 through a BLAS recipe checked row-invariant per weight shape when the plan first runs, "
                    "decode-sized rows on a kernel with the same sums (where the check fails, that kernel in its own "
                    "order for every row count; `infc run --json` lists the verdicts)")
+# A cuda decoder plan's GEMMs and attention (runtime/cuda/ops_paged.py) do not promise that
+DEVICE_GEMMS = ("float32 on the GPU through cuBLAS: not batch-invariant, a token's logits may move in the last "
+                "bits with the batch around it")
 
 
 def _decoder_summary(meta: dict) -> dict | None:
@@ -54,7 +57,8 @@ def _decoder_summary(meta: dict) -> dict | None:
     coded = sum(1 for s in meta["program"] if "weight_group" in (s.get("attrs") or {}))
     return {**{k: decoder.get(k) for k in DECODER_FIELDS}, "chat_template": bool(decoder.get("chat_template")),
             "batch_invariant_gemms": gemms, "float64_gemms": legacy, "gemms_reading_codes": coded,
-            "gemm_invariance": GEMM_INVARIANCE if gemms else "float64 (a plan built before float32 GEMMs)",
+            "gemm_invariance": DEVICE_GEMMS if decoder.get("batch_invariant") is False else GEMM_INVARIANCE if gemms
+            else "float64 (a plan built before float32 GEMMs)",
             "attention": _attention_options(meta["program"]),
             "decode": dict((meta.get("profile") or {}).get("decode") or {}),  # the profile's decode: section
             "kv_cache": _kv_cache(decoder, (meta.get("profile") or {}).get("decode") or {}),

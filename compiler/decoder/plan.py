@@ -32,9 +32,10 @@ from ..runtime.decode_api import SeqChunk
 from ..runtime.executor import Executor
 from ..runtime.kernels import has_kernel
 from ..runtime.model_runner import PagedModelRunner
-from ..target import cpu_fingerprint
+from ..target import target_fingerprint
 from .batch_invariant import use_batch_invariant_gemms
 from .canonicalize import canonicalize
+from .device_plan import device_plan
 from .float32_export import as_float32, half_kind
 from .genai_export import is_genai_export
 from .genai_export import unpack as unpack_genai
@@ -62,8 +63,11 @@ def build_decoder_plan(model_path: Path, handed: list[onnx.ModelProto], profile:
     if options.precision not in DECODER_PRECISIONS:
         raise BadInput(f"--precision {options.precision}: decoder plans are {' or '.join(DECODER_PRECISIONS)} "
                        "(w8: int8 weights; activations stay fp32)")
+    fingerprint = target_fingerprint(options.target)
+    on_device = fingerprint.get("kind") == "cuda"
+    if on_device and options.precision != "fp32":
+        raise BadInput(f"--precision {options.precision} --target cuda: decoder plans on the GPU are fp32 so far")
     tokenizer = tokenizer_json(model_path)
-    fingerprint = cpu_fingerprint()
     folder = {"chat_template": chat_template(model_path), "eos_token_ids": eos_token_ids(model_path)}
     key_options = {**options.key_options(), "decoder": 3,
                    "tokenizer": hashlib.sha256(tokenizer).hexdigest() if tokenizer else None,
@@ -92,6 +96,7 @@ def build_decoder_plan(model_path: Path, handed: list[onnx.ModelProto], profile:
     precision = weight_only_int8(program, decoder, tokenizer, log) if options.precision == "w8" else None
     if tokenizer is None:
         log("no tokenizer.json next to the model: the plan runs token ids only")
+    cuda, cubins = device_plan(program, decoder, fingerprint, options, log) if on_device else (None, {})
     blob, weight_table = weights_section(program.weights)
     meta = {
         "infc_version": __version__, "kind": PLAN_KIND, "target": fingerprint, "opset": program.opset,
@@ -99,8 +104,9 @@ def build_decoder_plan(model_path: Path, handed: list[onnx.ModelProto], profile:
         "options": key_options, "inputs": program.inputs, "outputs": program.outputs, "program": program.steps,
         "weights": weight_table, "memory": {"arena_bytes": 0, "sum_activation_bytes": 0},
         "tuning": [], "fallback_ops": program.fallback_ops, "decoder": decoder, "precision": precision,
+        **({"cuda": cuda} if cuda else {}),
     }
-    sections = {"weights": blob, **program.islands, **({"tokenizer": tokenizer} if tokenizer else {})}
+    sections = {"weights": blob, **program.islands, **cubins, **({"tokenizer": tokenizer} if tokenizer else {})}
     write_plan(output, meta, sections)
     if options.use_cache:
         cache.store(lookup.key, output, model_path, components, {"summary": _summary(meta)})

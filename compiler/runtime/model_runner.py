@@ -8,6 +8,7 @@ tokens, K/V in a block pool it owns (decode_api.ModelRunner).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,8 +27,9 @@ WARM_UP_ROWS = CHAIN_ROWS + 4  # the warm-up prefill's tokens: past the decode-s
 
 
 class PagedModelRunner:
-    def __init__(self, executor: Executor, decoder: dict, inputs: list[dict], extras: dict | None = None):
-        """`decoder`: the plan's meta["decoder"]; `extras`: tokenizer_json (bytes), decode profile."""
+    def __init__(self, executor: Executor, decoder: dict, inputs: list[dict], extras: dict | None = None, device=None):
+        """`decoder`: the plan's meta["decoder"]; `extras`: tokenizer_json (bytes), decode profile; `device`:
+        the backend (runtime/cuda/backend.py) of a cuda plan's device executor, where the KV pools live."""
         fields = {k: decoder[k] for k in ModelSpec.__dataclass_fields__ if k in decoder}
         self.spec = ModelSpec(**{**fields, "eos_token_ids": tuple(decoder.get("eos_token_ids", ()))})
         self.executor = executor
@@ -37,6 +39,7 @@ class PagedModelRunner:
         self.decode_profile: dict = (extras or {}).get("decode_profile", {})
         self._dtypes = {i["name"]: np.dtype(i["dtype"]) for i in inputs}
         self._pools: dict[str, np.ndarray] = {}
+        self._device = device
 
     def kv_bytes_per_block(self) -> int:
         return kv_bytes_per_block(self.spec)
@@ -44,8 +47,16 @@ class PagedModelRunner:
     def allocate_kv(self, num_blocks: int) -> None:
         s = self.spec
         shape = (int(num_blocks), s.num_kv_heads, s.block_size, s.head_dim)
-        self._pools = {f"infc.kv.{layer}.{which}": np.zeros(shape, KV_DTYPE)
-                       for layer in range(s.num_layers) for which in ("key", "value")}
+        def zeros():
+            return np.zeros(shape, KV_DTYPE) if self._device is None else self._device.adopt(self._device.xp.zeros(shape, KV_DTYPE))
+        self._pools = {f"infc.kv.{layer}.{which}": zeros() for layer in range(s.num_layers) for which in ("key", "value")}
+
+    def free_memory_bytes(self) -> int:
+        """Memory the KV pool may take (engine.pool_size): the device's free memory for pools on a GPU."""
+        cuda = getattr(self._device.xp, "cuda", None) if self._device is not None else None
+        if cuda is not None:
+            return int(cuda.runtime.memGetInfo()[0])
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
     def warm_up(self) -> None:
         """One small prefill (WARM_UP_ROWS tokens) + decode step on the first blocks, which it leaves zeroed. A process's
@@ -112,9 +123,14 @@ def load_model_runner(path: str | Path, check_fingerprint: bool = True) -> Paged
         raise BadInput(f"{path}: not a decoder plan (kind '{meta.get('kind')}'); build it with a profile that has a 'decode:' block")
     if check_fingerprint:
         check_target(meta["target"], str(path), meta.get("model", {}).get("name"))
+    extras = {"tokenizer_json": bytes(plan.sections["tokenizer"]) if "tokenizer" in plan.sections else None,
+              "decode_profile": meta.get("profile", {}).get("decode", {})}
+    if meta["target"].get("kind") == "cuda":  # the device executor (runtime/cuda/), CuPy loaded only here
+        from .cuda.plan_loader import device_executor  # noqa: PLC0415
+
+        executor = device_executor(plan, _weights(plan))
+        return PagedModelRunner(executor, meta["decoder"], meta["inputs"], extras, device=executor.backend)
     islands = {name: bytes(view) for name, view in plan.sections.items() if name.startswith("island")}
     executor = Executor(meta["program"], _weights(plan), meta.get("opset", 17), islands,
                         output_names=[o["name"] for o in meta["outputs"]])
-    tokenizer = bytes(plan.sections["tokenizer"]) if "tokenizer" in plan.sections else None
-    extras = {"tokenizer_json": tokenizer, "decode_profile": meta.get("profile", {}).get("decode", {})}
     return PagedModelRunner(executor, meta["decoder"], meta["inputs"], extras)

@@ -138,11 +138,17 @@ def test_dry_run_on_the_emulator(gpu_check, fake_cupy, monkeypatch, tmp_path, cu
     # so is the fp16/bf16-against-fp32 section (tests/cuda/test_gpu_precision_bench.py)
     monkeypatch.setattr(gpu_check, "precision_speed", lambda args: {
         "plans": {"fp32": {"ok": True}, "fp16": {"ok": True}, "bf16": {"ok": True}}, "speedup": {"fp16": 2.0, "bf16": 1.4}})
+    # and the decoder-serving one (tests/cuda/test_decoder_cuda.py, the engine on a stand-in device)
+    monkeypatch.setattr(gpu_check, "decode_serving", lambda args: [
+        {"model": "tests/models/llama_ts.onnx", "greedy_agreement": 1.0, "tpot_ms_cpu_over_gpu": 6.0,
+         "output_tok_s_gpu_over_cpu": 5.0}, {"model": "build/smollm2/model.onnx", "skipped": "not exported"}])
     assert gpu_check.main(["--quick", "--out", str(tmp_path), "--cubins", str(cubin_dir), "--workers", "2"]) == 0
     out = capsys.readouterr().out
     print(out)
-    assert out.rstrip().splitlines()[-1].startswith("fp16/bf16 plan  fp16 2.00x  bf16 1.40x")  # the table comes last
-    assert out.rstrip().endswith("MISS") and not results_pass(tmp_path)["precision"]  # bf16 under 1.5x
+    precision, serve = out.rstrip().splitlines()[-2:]  # the table comes last
+    assert precision.startswith("fp16/bf16 plan  fp16 2.00x  bf16 1.40x")
+    assert precision.endswith("MISS") and not results_pass(tmp_path)["precision"]  # bf16 under 1.5x
+    assert serve == "decode on GPU   llama_ts: tokens 1.00 as the CPU plan's, TPOT 6.0x faster"
     results = json.loads(next(tmp_path.glob("gpu_check-*-fake-gpu-cpu-emulator.json")).read_text())
     assert "error" not in results and results["compile"]["errors"] == {}
     checked = gpu_check.selected_variants(subset, quick=True)

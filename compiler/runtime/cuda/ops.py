@@ -8,6 +8,7 @@ from .cast_fold import ROUNDING
 from .ops_attention import ATTENTION
 from .ops_elementwise import ELEMENTWISE
 from .ops_nn import NN
+from .ops_paged import DECODER
 from .ops_shape import SHAPE, VIEW_OPS  # noqa: F401 - VIEW_OPS: the arena plan reads it from here
 from .ops_spatial import SPATIAL
 
@@ -22,7 +23,7 @@ def _merge(*tables):
     return merged
 
 
-DEVICE_OPS = _merge(ELEMENTWISE, NN, SHAPE, ATTENTION, SPATIAL, ROUNDING)
+DEVICE_OPS = _merge(ELEMENTWISE, NN, SHAPE, ATTENTION, SPATIAL, ROUNDING, DECODER)
 
 
 def device_op_for(domain: str, op: str, attrs: dict):

@@ -27,30 +27,29 @@ def _write_kv(pool: np.ndarray, new_BNTH: np.ndarray, slots: np.ndarray) -> None
     pool[slots // block_size, :, slots % block_size, :] = new_BNTH[0].transpose(1, 0, 2)
 
 
-def _gather_kv(pool: np.ndarray, table: np.ndarray, length: int) -> np.ndarray:
-    """[..., blocks] table -> [..., kvN, length, H] float64."""
-    blocks = pool[table]  # [..., nb, kvN, bs, H]
+def _gather_kv(pool, table: np.ndarray, length: int, xp=np, compute=np.float64):
+    """[..., blocks] table -> [..., kvN, length, H] in `compute` (pool and result on xp's side)."""
+    blocks = pool[xp.asarray(table)]  # [..., nb, kvN, bs, H]
     lead = blocks.shape[:-4]
     nb, kv_heads, block_size, head_dim = blocks.shape[-4:]
-    moved = np.moveaxis(blocks, -4, -3).astype(np.float64, order="C")  # one copy into [..., kvN, nb, bs, H]
+    moved = xp.moveaxis(blocks, -4, -3).astype(compute, order="C")  # one copy into [..., kvN, nb, bs, H]
     return moved.reshape(*lead, kv_heads, nb * block_size, head_dim)[..., :length, :]
 
 
-def _attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray, scale: float, softcap: float,
-            bias: np.ndarray | None = None) -> np.ndarray:
-    """q [..., kvN, G*S, H] float64, k/v [..., kvN, L, H], allowed and bias broadcastable to the scores."""
+def _attend(q, k, v, allowed, scale: float, softcap: float, bias=None, xp=np):
+    """q [..., kvN, G*S, H], k/v [..., kvN, L, H] in one float type, allowed and bias broadcastable to the scores."""
     # k gathered from the pool is non-contiguous; transposed as is, matmul misses BLAS (50x slower)
-    scores = np.matmul(q, np.ascontiguousarray(np.swapaxes(k, -1, -2)))
+    scores = xp.matmul(q, xp.ascontiguousarray(xp.swapaxes(k, -1, -2)))
     scores *= scale
     if softcap > 0:
-        scores = softcap * np.tanh(scores / softcap)
+        scores = softcap * xp.tanh(scores / softcap)
     if bias is not None:
-        scores += bias
-    scores = np.where(allowed, scores, -np.inf)
+        scores += xp.asarray(bias)
+    scores = xp.where(xp.asarray(allowed), scores, -np.inf)
     scores -= scores.max(axis=-1, keepdims=True)
-    np.exp(scores, out=scores)
+    xp.exp(scores, out=scores)
     scores /= scores.sum(axis=-1, keepdims=True)
-    return np.matmul(scores, v)
+    return xp.matmul(scores, v)
 
 
 def paged_attention(inputs, attrs, ctx):
@@ -71,35 +70,39 @@ def paged_attention(inputs, attrs, ctx):
 
 
 def _attend_numpy(q, k_pool, v_pool, tables, starts, context_lens, heads: int, kv_heads: int, scale: float,
-                  softcap: float = 0.0, window: int = 0, slopes: np.ndarray | None = None) -> np.ndarray:
-    """[T, N * H] float32: each sequence's rows over its gathered float64 context."""
+                  softcap: float = 0.0, window: int = 0, slopes: np.ndarray | None = None, xp=np,
+                  compute=np.float64):
+    """[T, N * H] float32: each sequence's rows over its gathered context in `compute`. The step's
+    metadata (tables, starts, context_lens) are host arrays and every decision is taken on the host;
+    q and the pools live on xp's side (a device for runtime/cuda/ops_paged.py), where masks and row
+    indexes are sent as they are needed."""
     head_dim, group = k_pool.shape[-1], heads // kv_heads
     # ALiBi slopes by (KV head, query head of its group), in float32 as the compiled path adds them
     head_slopes = np.asarray(slopes, np.float32).reshape(kv_heads, group) if slopes is not None and len(slopes) else None
-    q_TNH = q.reshape(-1, heads, head_dim).astype(np.float64)
-    out = np.empty((q_TNH.shape[0], heads * head_dim), np.float32)
+    q_TNH = q.reshape(-1, heads, head_dim).astype(compute)
+    out = xp.empty((q_TNH.shape[0], heads * head_dim), np.float32)
     num_new = np.diff(starts)
     block_size = k_pool.shape[2]
     decode = np.flatnonzero(num_new == 1)
     if decode.size:  # one query row each: all together, each row masked to its own context
         length = int(context_lens[decode].max())
         table = tables[decode, :-(-length // block_size)]
-        k, v = _gather_kv(k_pool, table, length), _gather_kv(v_pool, table, length)
-        rows = starts[decode]
-        q_d = q_TNH[rows].reshape(len(rows), kv_heads, group, head_dim)
+        k, v = (_gather_kv(pool, table, length, xp, compute) for pool in (k_pool, v_pool))
+        rows = xp.asarray(starts[decode])
+        q_d = q_TNH[rows].reshape(len(decode), kv_heads, group, head_dim)
         keys, ends = np.arange(length), context_lens[decode, None]
         allowed = ((keys < ends) & ((keys >= ends - window) if window else True))[:, None, None, :]
         # slots past a row's context hold other sequences' values (maybe inf): a zero weight times
         # inf would still poison the row, so they are zeroed, not only masked
-        v = np.where(allowed.reshape(len(rows), 1, length, 1), v, 0.0)
+        v = xp.where(xp.asarray(allowed.reshape(len(decode), 1, length, 1)), v, 0.0)
         bias = None if head_slopes is None else \
             head_slopes[None, :, :, None] * (keys - (ends - 1)).astype(np.float32)[:, None, None, :]
-        y = _attend(q_d, k, v, allowed, scale, softcap, bias)
-        out[rows] = y.reshape(len(rows), heads * head_dim)
+        y = _attend(q_d, k, v, allowed, scale, softcap, bias, xp)
+        out[rows] = y.reshape(len(decode), heads * head_dim)
     for seq in np.flatnonzero(num_new > 1):
         begin, count, length = int(starts[seq]), int(num_new[seq]), int(context_lens[seq])
         table = tables[seq, :-(-length // block_size)]
-        k, v = _gather_kv(k_pool, table, length), _gather_kv(v_pool, table, length)
+        k, v = (_gather_kv(pool, table, length, xp, compute) for pool in (k_pool, v_pool))
         q_s = q_TNH[begin:begin + count].reshape(count, kv_heads, group, head_dim).transpose(1, 2, 0, 3)
         positions = np.arange(length - count, length)
         keys = np.arange(length)[None, :]
@@ -107,7 +110,7 @@ def _attend_numpy(q, k_pool, v_pool, tables, starts, context_lens, heads: int, k
         bias = None if head_slopes is None else (head_slopes[:, :, None, None] * (
             keys - positions[:, None]).astype(np.float32)[None, None]).reshape(kv_heads, group * count, length)
         y = _attend(q_s.reshape(kv_heads, group * count, head_dim), k, v, np.tile(allowed, (group, 1)), scale, softcap,
-                    bias)
+                    bias, xp)
         out[begin:begin + count] = y.reshape(kv_heads, group, count, head_dim).transpose(2, 0, 1, 3).reshape(count, -1)
     return out
 
