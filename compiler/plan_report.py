@@ -30,6 +30,8 @@ def plan_report(path: str) -> dict:
         "weights_bytes": sum(_nbytes(w) for w in meta.get("weights", {}).values()),
         "fallback_ops": meta.get("fallback_ops", []), "islands": islands,
         "gpu_host_ops": (meta.get("cuda") or {}).get("host_ops"),  # cuda plans: ops run on the CPU with copies
+        "gpu_row_kernels": sorted((meta.get("cuda") or {}).get("rows") or {}),  # fixed kernels (norms, softmax, paged attention)
+        "gpu_self_check": (meta.get("cuda") or {}).get("self_check"),  # decoder plans: the device runner against the CPU's
         "onnxruntime_tactics": _tactics_summary(meta),
         "precision": meta.get("precision") or {"precision": (meta.get("options") or {}).get("precision", "fp32")},
         "decoder": _decoder_summary(meta),
@@ -222,6 +224,11 @@ def print_plan_report(report: dict, console: Console) -> None:
         console.print(_tuning_table(report["tuning"], bool((report.get("onnxruntime_tactics") or {}).get("whole_model"))))
     if report.get("gpu_host_ops"):
         console.print(f"GPU plan: on the CPU with host copies (no device kernel): {', '.join(report['gpu_host_ops'])}")
+    if report.get("gpu_row_kernels"):
+        console.print(f"GPU row kernels: {', '.join(report['gpu_row_kernels'])}")
+    if report.get("gpu_self_check"):
+        console.print(f"GPU self-check: logits within {report['gpu_self_check']['max_rel_diff']:.2g} of the CPU runner's "
+                      f"over {report['gpu_self_check']['steps']} steps")
     tactics = report.get("onnxruntime_tactics")
     if tactics and tactics.get("whole_model"):
         ms = tactics["program_ms"]

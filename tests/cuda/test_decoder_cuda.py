@@ -93,3 +93,18 @@ def test_gpu_decode_bench_runs_on_the_stand_in(tmp_path, stand_in_device):
     assert "error" not in record, record.get("error")
     assert record["greedy_agreement"] == 1.0 and record["self_check"]["max_rel_diff"] <= 1e-4
     assert record["tpot_ms_cpu_over_gpu"] and record["output_tok_s_gpu_over_cpu"]
+
+
+def test_inspect_says_where_a_device_decoder_plan_runs(tmp_path, stand_in_device):
+    import json
+    import subprocess
+    import sys
+
+    plan = _build("llama_ts", "cuda", tmp_path)
+    shown = subprocess.run([sys.executable, "-m", "infc.cli", "inspect", str(plan), "--json"], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(shown.stdout)
+    assert report["target"]["kind"] == "cuda" and "not batch-invariant" in report["decoder"]["gemm_invariance"]
+    text = subprocess.run([sys.executable, "-m", "infc.cli", "inspect", str(plan)], capture_output=True, text=True)
+    assert text.returncode == 0 and "cuBLAS: not batch-invariant" in " ".join(text.stdout.split())
+    assert "GPU row kernels: infc_norm_rows, infc_paged_attention" in text.stdout and "GPU self-check: logits" in text.stdout
