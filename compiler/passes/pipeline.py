@@ -15,6 +15,7 @@ from .cleanup.cse import CommonSubexpressions
 from .cleanup.dead_code import RemoveDeadCode
 from .cleanup.noop import RemoveNoOps
 from .engine import RewritePass
+from .expand import embed_layernorm, packed_attention
 from .fold import batchnorm, conv_affine, pad_into_conv
 from .fold.constant_folding import FoldConstants
 from .fold.shape_inference import InferShapes
@@ -57,6 +58,8 @@ class Phase:
 PIPELINE: tuple[Phase, ...] = (
     Phase("cleanup", (
         Step(ConstantNodesToTensors(), "weights kept as Constant nodes must look like initializers to every later pass"),
+        Step(RewritePass("expand_packed_attention", packed_attention.RULES), "other tools' packed Attention into a GEMM and MultiHeadAttention, which infc has kernels for; before the embedding expansion, whose mask index it must recognize"),
+        Step(RewritePass("expand_embed_layernorm", embed_layernorm.RULES), "other tools' EmbedLayerNormalization into Gather/Add/LayerNormalization, which infc has kernels for"),
         Step(RemoveNoOps(), "Identity/Dropout/no-op casts hide the producer-consumer pairs that patterns match"),
         Step(RemoveDeadCode(), "drop what the removals orphaned before paying for shape inference"),
     )),
