@@ -87,3 +87,12 @@ def test_past_state_is_left_alone():
                        [("y", F32, ["batch", "seq", D]), ("present", F32, [2, "batch", N, "total", D // N])], inits, extra_opsets=MS)
     result = run_rules(model, packed_attention.RULES)
     assert rule_stats(result, "expand_packed_attention") == (0, {"past / present state": 1})
+
+
+def test_portable_output_keeps_the_packed_op():
+    # `infc optimize` writes for onnxruntime, whose packed kernel is faster; builds expand it
+    from infc.compiler.passes.pipeline import PORTABLE_PIPELINE
+
+    model = _model(["batch"])
+    assert "Attention" in [n.op_type for n in optimize_model(model, PORTABLE_PIPELINE).model.graph.node]
+    assert "Attention" not in [n.op_type for n in optimize_model(model).model.graph.node]
