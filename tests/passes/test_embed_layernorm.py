@@ -67,6 +67,31 @@ def test_mask_index_without_a_mask_is_left_alone():
     assert rule_stats(result, "expand_embed_layernorm") == (0, {"mask_index is read but no mask is given": 1})
 
 
+def _quantized_embed_model():
+    """QEmbedLayerNormalization: uint8 tables and norm parameters with scalar scales and zero points."""
+    tables = _tables(np.random.default_rng(0))
+    inits, names = {}, ["ids", "seg_ids"]
+    for key in ("word", "pos", "seg", "gamma", "beta"):
+        scale = np.float32(np.abs(tables[key]).max() / 127)
+        inits[key] = np.clip(np.round(tables[key] / scale) + 128, 0, 255).astype(np.uint8)
+        inits[key + "_scale"], inits[key + "_zero"] = np.array(scale, F32), np.array(128, np.uint8)
+        names.append(key)
+    names += ["mask"] + [k + "_scale" for k in ("word", "pos", "seg", "gamma", "beta")] + [
+        k + "_zero" for k in ("word", "pos", "seg", "gamma", "beta")]
+    node = helper.make_node("QEmbedLayerNormalization", names, ["y", "mask_index"], domain="com.microsoft", epsilon=1e-5)
+    inputs = [(n, I32, ["batch", "seq"]) for n in ("ids", "seg_ids", "mask")]
+    outputs = [("y", F32, ["batch", "seq", D]), ("mask_index", I32, ["batch"])]
+    return make_model([node], inputs, outputs, inits, extra_opsets=MS)
+
+
+def test_quantized_embed_layernorm_becomes_dequantized_tables_and_its_parts():
+    model = _quantized_embed_model()
+    result = run_rules(model, embed_layernorm.RULES)
+    assert rule_stats(result, "expand_embed_layernorm") == (1, {})
+    assert "QEmbedLayerNormalization" not in [n.op_type for n in result.model.graph.node]
+    assert_matches_ort(model, result.model, feeds=_feeds(), rtol=1e-6)
+
+
 def _bert_block():
     """EmbedLayerNormalization -> Attention(mask_index) -> SkipLayerNormalization, as
     onnxruntime.transformers.optimizer writes a BERT layer (no value_info on the contrib outputs)."""

@@ -96,3 +96,42 @@ def test_portable_output_keeps_the_packed_op():
     model = _model(["batch"])
     assert "Attention" in [n.op_type for n in optimize_model(model, PORTABLE_PIPELINE).model.graph.node]
     assert "Attention" not in [n.op_type for n in optimize_model(model).model.graph.node]
+
+
+def _quantized_model():
+    """DynamicQuantizeLinear -> QAttention, as quantize_dynamic writes a transformers-optimized BERT."""
+    rng = np.random.default_rng(0)
+    inits = {"w": rng.integers(-127, 128, (D, 3 * D)).astype(np.int8), "b": rng.standard_normal(3 * D).astype(F32),
+             "w_scale": np.array(0.004, F32), "w_zero": np.array(0, np.int8)}
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("QAttention", ["xq", "w", "b", "xs", "w_scale", "m", "xz", "w_zero"], ["y"],
+                              domain="com.microsoft", num_heads=N)]
+    return make_model(nodes, [("x", F32, ["batch", "seq", D]), ("m", I32, ["batch"])], [("y", F32, ["batch", "seq", D])],
+                      inits, extra_opsets=MS)
+
+
+def test_quantized_attention_becomes_integer_gemm_and_multi_head_attention():
+    model = _quantized_model()
+    result = run_rules(model, packed_attention.RULES)
+    assert rule_stats(result, "expand_packed_attention") == (1, {})
+    assert "MatMulInteger" in [n.op_type for n in result.model.graph.node]
+    feeds = _feeds(KEY_LENGTHS)
+    assert_matches_ort(model, result.model, feeds=feeds, rtol=1e-6)
+    expected = ort_session(model).run(["y"], feeds)[0]
+    assert np.abs(_native(model, feeds) - expected).max() <= 1e-5 * np.abs(expected).max()
+
+
+def test_mask_index_summed_from_the_raw_mask_is_key_lengths():
+    # RoBERTa through the transformers optimizer: mask_index = ReduceSum(Cast(attention_mask), axis 1)
+    rng = np.random.default_rng(0)
+    inits = {"w": (rng.standard_normal((D, 3 * D)) * 0.3).astype(F32), "b": rng.standard_normal(3 * D).astype(F32),
+             "axes": np.array([1], np.int64)}
+    nodes = [helper.make_node("Cast", ["mask"], ["mask32"], to=6),
+             helper.make_node("ReduceSum", ["mask32", "axes"], ["lengths"], keepdims=0),
+             helper.make_node("Attention", ["x", "w", "b", "lengths"], ["y"], domain="com.microsoft", num_heads=N)]
+    model = make_model(nodes, [("x", F32, [B, S, D]), ("mask", np.int64, ["n", S])], [("y", F32, [B, S, D])], inits,
+                       extra_opsets=MS)
+    feeds = {**_feeds(None), "mask": np.array([[1] * S, [1, 1, 1, 0, 0, 0]], np.int64)}
+    result = run_rules(model, packed_attention.RULES)
+    assert rule_stats(result, "expand_packed_attention") == (1, {})
+    assert_matches_ort(model, result.model, feeds=feeds, rtol=1e-6)

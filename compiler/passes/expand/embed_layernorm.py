@@ -1,4 +1,5 @@
-"""onnxruntime's EmbedLayerNormalization (transformers optimizer, BERT family) into its parts.
+"""onnxruntime's EmbedLayerNormalization (transformers optimizer, BERT family) and its quantized form
+(QEmbedLayerNormalization, from quantize_dynamic: uint8 tables and norm parameters) into their parts.
 
     ids ─► EmbedLayerNormalization(segment_ids?, word, position, segment?, gamma, beta, mask?, position_ids?)
                 ─► output, mask_index?, embedding_sum?
@@ -7,7 +8,9 @@
            mask ─► Equal(1) ─► Cast(int32) ─► ReduceSum(axis 1) ─► mask_index   (onnxruntime counts ones)
 infc has no kernel for the fused op (it ran as an onnxruntime island, and --no-fallback refused it);
 its parts have kernels, and the mask index is the 1-D [batch] key-length form Attention and
-MultiHeadAttention read. Attention expansion (packed_attention.py) relies on that shape.
+MultiHeadAttention read. Attention expansion (packed_attention.py) relies on that shape. The quantized
+form's tables become DequantizeLinear of constants, which constant folding turns into float tables
+((code - zero point) * scale, as onnxruntime dequantizes them).
 """
 
 from __future__ import annotations
@@ -20,11 +23,17 @@ from ..engine import Match, Rule
 from ..pattern import ms_op, var
 
 _WORD, _POSITION, _SEGMENT, _GAMMA, _BETA, _MASK, _POSITION_IDS = range(2, 9)
+_QUANTIZED_SCALES, _QUANTIZED_ZERO_POINTS = 8, 13  # QEmbedLayerNormalization: per table, in table order
+
+
+def _present(inputs, index: int) -> gs.Tensor | None:
+    return inputs[index] if index < len(inputs) and not inputs[index].is_empty() else None
 
 
 def _input(m: Match, index: int) -> gs.Tensor | None:
-    inputs = m.root.inputs
-    return inputs[index] if index < len(inputs) and not inputs[index].is_empty() else None
+    if m.root.op == "QEmbedLayerNormalization" and index == _POSITION_IDS:
+        return None  # its input 8 is the first scale
+    return _present(m.root.inputs, index)
 
 
 def is_read(m: Match, tensor: gs.Tensor) -> bool:
@@ -49,32 +58,54 @@ def _check(m: Match) -> str | None:
     return None
 
 
+def _check_quantized(m: Match) -> str | None:
+    for table in range(_WORD, _BETA + 1):
+        if _input(m, table) is not None and _present(m.root.inputs, _QUANTIZED_SCALES + table - _WORD) is None:
+            return "a quantized table has no scale"
+    return _check(m)
+
+
+def _tables(m: Match, nodes: list) -> dict[int, gs.Tensor]:
+    """Input index -> float table: the inputs themselves, or the quantized form's dequantized codes."""
+    tables = {i: _input(m, i) for i in range(_WORD, _BETA + 1) if _input(m, i) is not None}
+    if m.root.op != "QEmbedLayerNormalization":
+        return tables
+    for index, codes in list(tables.items()):
+        scale = m.root.inputs[_QUANTIZED_SCALES + index - _WORD]
+        zero_point = _present(m.root.inputs, _QUANTIZED_ZERO_POINTS + index - _WORD)
+        tables[index] = gs.Variable(m.fresh("dequantized"), dtype=np.float32)
+        nodes.append(gs.Node("DequantizeLinear", inputs=[codes, scale] + ([zero_point] if zero_point is not None else []),
+                             outputs=[tables[index]]))
+    return tables
+
+
 def _rewrite(m: Match):
     ids, names, opset = m["ids"], m.fresh, opset_of(m.graph)
     nodes = []
+    tables = _tables(m, nodes)
 
     def add(op, inputs, hint, attrs=None, dtype=None, shape=None, outputs=None):
         out = outputs or [gs.Variable(names(hint), dtype=dtype, shape=shape)]
         nodes.append(gs.Node(op, inputs=inputs, outputs=out, attrs=attrs or {}))
         return out[0]
 
-    word = _input(m, _WORD)
+    word = tables[_WORD]
     total = add("Gather", [word, ids], "word", dtype=word.dtype)
     position_ids = _input(m, _POSITION_IDS)
     if position_ids is not None:
-        position = add("Gather", [_input(m, _POSITION), position_ids], "position", dtype=word.dtype)
+        position = add("Gather", [tables[_POSITION], position_ids], "position", dtype=word.dtype)
     else:  # positions 0..S-1: the table's first S rows, broadcast over the batch
         shape = add("Shape", [ids], "ids_shape", dtype=np.int64)
         length = add("Gather", [shape, m.constant("seq_axis", np.array([1], np.int64))], "seq_len", dtype=np.int64)
-        position = add("Slice", [_input(m, _POSITION), m.constant("zero", np.array([0], np.int64)), length,
+        position = add("Slice", [tables[_POSITION], m.constant("zero", np.array([0], np.int64)), length,
                                  m.constant("row_axis", np.array([0], np.int64))], "position", dtype=word.dtype)
     total = add("Add", [total, position], "embed", dtype=word.dtype)
     if _input(m, _SEGMENT) is not None:
-        segment = add("Gather", [_input(m, _SEGMENT), _input(m, 1)], "segment", dtype=word.dtype)
+        segment = add("Gather", [tables[_SEGMENT], _input(m, 1)], "segment", dtype=word.dtype)
         total = add("Add", [total, segment], "embed", dtype=word.dtype, outputs=[_output(m, 2)] if _output(m, 2) else None)
     elif _output(m, 2) is not None:
         total = add("Identity", [total], "embed", outputs=[_output(m, 2)])
-    add("LayerNormalization", [total, _input(m, _GAMMA), _input(m, _BETA)], "norm",
+    add("LayerNormalization", [total, tables[_GAMMA], tables[_BETA]], "norm",
         attrs={"axis": -1, "epsilon": float(m.root.attrs.get("epsilon", 1e-12))}, outputs=[m.outputs[0]])
     mask_index = _output(m, 1)
     if mask_index is not None:
@@ -89,4 +120,6 @@ def _rewrite(m: Match):
     return nodes
 
 
-RULES = (Rule("expand_embed_layernorm", ms_op.EmbedLayerNormalization(var("ids"), allow_extra_inputs=True), _rewrite, _check),)
+RULES = (Rule("expand_embed_layernorm", ms_op.EmbedLayerNormalization(var("ids"), allow_extra_inputs=True), _rewrite, _check),
+         Rule("expand_embed_layernorm", ms_op.QEmbedLayerNormalization(var("ids"), allow_extra_inputs=True), _rewrite,
+              _check_quantized))

@@ -1,8 +1,11 @@
-"""onnxruntime's Attention (packed QKV weights; transformers optimizer, BERT family) into a GEMM and
-MultiHeadAttention.
+"""onnxruntime's Attention (packed QKV weights; transformers optimizer, BERT family) and its quantized
+form QAttention (quantize_dynamic of that) into a GEMM and MultiHeadAttention.
 
     x ─► Attention(W[D, q+k+v], bias?, mask_index?, -, attention_bias?) ─► y
       ==>  x ─► MatMul(W) ─► [Add(bias)] ─► Split(q, k, v) ─► MultiHeadAttention(q, k, v, -, mask, bias) ─► y
+    x_q ─► QAttention(W_q, bias, x_scale, W_scale, mask_index?, x_zero, W_zero?) ─► y
+      ==>  MatMulInteger(x_q, W_q, x_zero, W_zero) ─► Cast ─► Mul(x_scale * W_scale) ─► Add(bias) ─► Split ─► ...
+         (onnxruntime's QAttention scales its int32 sums the same way: acc * (x_scale * W_scale) + bias)
 infc has no kernel for the packed op (it ran as an onnxruntime island, and --no-fallback refused it);
 the projection then fuses into a tuned GEMM and attention runs on infc's kernel. onnxruntime reads a
 1-D [batch] mask (key lengths) and a 2-D [batch, keys] mask (0 = masked, filled with
@@ -15,17 +18,28 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ...graph import CONTRIB_DOMAIN, opset_of
+from ...graph import CONTRIB_DOMAIN, const_value, opset_of
 from ..engine import Match, Rule
 from ..pattern import ms_op, var
 from .embed_layernorm import is_read
 
 _BIAS, _MASK, _PAST, _ATTENTION_BIAS, _PAST_LENGTH = range(2, 7)
+# QAttention's inputs: input, weight, bias, input_scale, weight_scale, mask_index, input_zero_point,
+# weight_zero_point, past
+_QUANTIZED = {"mask": 5, "past": 8, "x_scale": 3, "w_scale": 4, "x_zero": 6, "w_zero": 7}
+_EMBEDDINGS = ("EmbedLayerNormalization", "QEmbedLayerNormalization")
 _MHA_ATTRS = ("num_heads", "mask_filter_value", "scale", "unidirectional")
 
 
 def _input(m: Match, index: int) -> gs.Tensor | None:
     inputs = m.root.inputs
+    if m.root.op == "QAttention":
+        index = {_MASK: _QUANTIZED["mask"], _PAST: _QUANTIZED["past"]}.get(index, index if index <= _BIAS else 99)
+    return inputs[index] if index < len(inputs) and not inputs[index].is_empty() else None
+
+
+def _quantized(m: Match, name: str) -> gs.Tensor | None:
+    inputs, index = m.root.inputs, _QUANTIZED[name]
     return inputs[index] if index < len(inputs) and not inputs[index].is_empty() else None
 
 
@@ -39,14 +53,26 @@ def _sizes(m: Match) -> list[int] | None:
 
 
 def _is_key_lengths(m: Match, mask: gs.Tensor) -> bool:
-    """A 1-D mask is [batch] key lengths only when provably so: EmbedLayerNormalization's mask_index
-    is (this pass runs before that op is expanded), and a declared [batch] (x's batch dim, the same
-    number or symbol) is."""
+    """A 1-D mask is [batch] key lengths (not [2 * batch] end and start positions) when provably so:
+    EmbedLayerNormalization's mask index is (this pass runs before that op is expanded), and so is a
+    declared [batch] (x's batch dim, the same number or symbol). The transformers optimizer's mask
+    index for models without an embedding fusion (RoBERTa) is ReduceSum(raw mask [batch, keys],
+    axis 1): one length per row of the model's own mask, whose shape inference often loses the symbol."""
     producer = mask.inputs[0] if mask.inputs else None
-    if producer is not None and producer.op == "EmbedLayerNormalization" and producer.domain == CONTRIB_DOMAIN:
+    if producer is not None and producer.op in _EMBEDDINGS and producer.domain == CONTRIB_DOMAIN:
         return len(producer.outputs) > 1 and producer.outputs[1] is mask
+    if producer is not None and producer.op == "ReduceSum" and _sums_rows(producer):
+        return True
     batch = m["x"].shape[0] if m["x"].shape else None
     return mask.shape is not None and len(mask.shape) == 1 and batch is not None and mask.shape[0] == batch
+
+
+def _sums_rows(reduce: gs.Node) -> bool:
+    """ReduceSum(2-D, axes=[1] or [-1], keepdims=0)."""
+    data = reduce.inputs[0]
+    axes = reduce.attrs.get("axes") if len(reduce.inputs) < 2 else const_value(reduce.inputs[1])
+    return (data.shape is not None and len(data.shape) == 2 and axes is not None and np.size(axes) == 1
+            and int(np.reshape(axes, -1)[0]) in (1, -1) and reduce.attrs.get("keepdims", 1) == 0)
 
 
 def _check(m: Match) -> str | None:
@@ -61,7 +87,10 @@ def _check(m: Match) -> str | None:
         return "Q, K, V widths are not provable (or Q and K differ)"
     if any(s % attrs["num_heads"] for s in sizes):
         return "a Q, K or V width is not a multiple of num_heads"
-    if m["x"].dtype is not None and np.dtype(m["x"].dtype) not in (np.dtype(np.float32), np.dtype(np.float16)):
+    if m.root.op == "QAttention":
+        if _quantized(m, "x_scale") is None or _quantized(m, "w_scale") is None or _input(m, _BIAS) is None:
+            return "a scale or the bias is missing"
+    elif m["x"].dtype is not None and np.dtype(m["x"].dtype) not in (np.dtype(np.float32), np.dtype(np.float16)):
         return "input is not float32 or float16"
     mask = _input(m, _MASK)
     if mask is not None:
@@ -75,9 +104,13 @@ def _check(m: Match) -> str | None:
 
 def _rewrite(m: Match):
     x, names, sizes = m["x"], m.fresh, _sizes(m)
-    dtype = x.dtype
-    qkv = gs.Variable(names("qkv"), dtype=dtype)
-    nodes = [gs.Node("MatMul", inputs=[x, m["w"]], outputs=[qkv])]
+    if m.root.op == "QAttention":
+        dtype = np.float32
+        nodes, qkv = _dequantized_projection(m)
+    else:
+        dtype = x.dtype
+        qkv = gs.Variable(names("qkv"), dtype=dtype)
+        nodes = [gs.Node("MatMul", inputs=[x, m["w"]], outputs=[qkv])]
     if _input(m, _BIAS) is not None:
         biased = gs.Variable(names("qkv"), dtype=dtype)
         nodes.append(gs.Node("Add", inputs=[qkv, _input(m, _BIAS)], outputs=[biased]))
@@ -96,4 +129,16 @@ def _rewrite(m: Match):
     return nodes
 
 
-RULES = (Rule("expand_packed_attention", ms_op.Attention(var("x"), var("w"), allow_extra_inputs=True), _rewrite, _check),)
+def _dequantized_projection(m: Match):
+    names = m.fresh
+    acc, wide, scale, qkv = (gs.Variable(names(h), dtype=d) for h, d in (
+        ("qkv_int", np.int32), ("qkv_float", np.float32), ("qkv_scale", np.float32), ("qkv", np.float32)))
+    zeros = [_quantized(m, "x_zero") or gs.Variable.empty()] + ([_quantized(m, "w_zero")] if _quantized(m, "w_zero") else [])
+    return [gs.Node("MatMulInteger", inputs=[m["x"], m["w"], *zeros], outputs=[acc]),
+            gs.Node("Cast", inputs=[acc], outputs=[wide], attrs={"to": 1}),  # onnx TensorProto.FLOAT
+            gs.Node("Mul", inputs=[_quantized(m, "x_scale"), _quantized(m, "w_scale")], outputs=[scale]),
+            gs.Node("Mul", inputs=[wide, scale], outputs=[qkv])], qkv
+
+
+RULES = tuple(Rule("expand_packed_attention", pattern(var("x"), var("w"), allow_extra_inputs=True), _rewrite, _check)
+              for pattern in (ms_op.Attention, ms_op.QAttention))
