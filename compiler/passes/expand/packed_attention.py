@@ -23,23 +23,17 @@ from ..engine import Match, Rule
 from ..pattern import ms_op, var
 from .embed_layernorm import is_read
 
-_BIAS, _MASK, _PAST, _ATTENTION_BIAS, _PAST_LENGTH = range(2, 7)
-# QAttention's inputs: input, weight, bias, input_scale, weight_scale, mask_index, input_zero_point,
-# weight_zero_point, past
-_QUANTIZED = {"mask": 5, "past": 8, "x_scale": 3, "w_scale": 4, "x_zero": 6, "w_zero": 7}
+# where each operand sits, per op (absent: the op has no such input)
+_OPERANDS = {
+    "Attention": {"bias": 2, "mask": 3, "past": 4, "attention_bias": 5, "past_length": 6},
+    "QAttention": {"bias": 2, "x_scale": 3, "w_scale": 4, "mask": 5, "x_zero": 6, "w_zero": 7, "past": 8},
+}
 _EMBEDDINGS = ("EmbedLayerNormalization", "QEmbedLayerNormalization")
 _MHA_ATTRS = ("num_heads", "mask_filter_value", "scale", "unidirectional")
 
 
-def _input(m: Match, index: int) -> gs.Tensor | None:
-    inputs = m.root.inputs
-    if m.root.op == "QAttention":
-        index = {_MASK: _QUANTIZED["mask"], _PAST: _QUANTIZED["past"]}.get(index, index if index <= _BIAS else 99)
-    return inputs[index] if index < len(inputs) and not inputs[index].is_empty() else None
-
-
-def _quantized(m: Match, name: str) -> gs.Tensor | None:
-    inputs, index = m.root.inputs, _QUANTIZED[name]
+def _operand(m: Match, name: str) -> gs.Tensor | None:
+    inputs, index = m.root.inputs, _OPERANDS[m.root.op].get(name, len(m.root.inputs))
     return inputs[index] if index < len(inputs) and not inputs[index].is_empty() else None
 
 
@@ -79,7 +73,7 @@ def _check(m: Match) -> str | None:
     attrs = m.root.attrs
     if attrs.get("do_rotary", 0) or attrs.get("past_present_share_buffer", 0):
         return "rotary or a shared past/present buffer"
-    if _input(m, _PAST) is not None or _input(m, _PAST_LENGTH) is not None or (
+    if _operand(m, "past") is not None or _operand(m, "past_length") is not None or (
             len(m.outputs) > 1 and not m.outputs[1].is_empty() and is_read(m, m.outputs[1])):
         return "past / present state"
     sizes = _sizes(m)
@@ -88,11 +82,11 @@ def _check(m: Match) -> str | None:
     if any(s % attrs["num_heads"] for s in sizes):
         return "a Q, K or V width is not a multiple of num_heads"
     if m.root.op == "QAttention":
-        if _quantized(m, "x_scale") is None or _quantized(m, "w_scale") is None or _input(m, _BIAS) is None:
+        if _operand(m, "x_scale") is None or _operand(m, "w_scale") is None or _operand(m, "bias") is None:
             return "a scale or the bias is missing"
     elif m["x"].dtype is not None and np.dtype(m["x"].dtype) not in (np.dtype(np.float32), np.dtype(np.float16)):
         return "input is not float32 or float16"
-    mask = _input(m, _MASK)
+    mask = _operand(m, "mask")
     if mask is not None:
         rank = len(mask.shape) if mask.shape is not None else None
         if rank == 2:
@@ -111,9 +105,9 @@ def _rewrite(m: Match):
         dtype = x.dtype
         qkv = gs.Variable(names("qkv"), dtype=dtype)
         nodes = [gs.Node("MatMul", inputs=[x, m["w"]], outputs=[qkv])]
-    if _input(m, _BIAS) is not None:
+    if _operand(m, "bias") is not None:
         biased = gs.Variable(names("qkv"), dtype=dtype)
-        nodes.append(gs.Node("Add", inputs=[qkv, _input(m, _BIAS)], outputs=[biased]))
+        nodes.append(gs.Node("Add", inputs=[qkv, _operand(m, "bias")], outputs=[biased]))
         qkv = biased
     q, k, v = (gs.Variable(names(part), dtype=dtype) for part in ("q", "k", "v"))
     split = np.array(sizes, np.int64)
@@ -122,7 +116,7 @@ def _rewrite(m: Match):
     else:
         nodes.append(gs.Node("Split", inputs=[qkv], outputs=[q, k, v], attrs={"axis": -1, "split": sizes}))
     empty = gs.Variable.empty
-    mask, attention_bias = _input(m, _MASK) or empty(), _input(m, _ATTENTION_BIAS) or empty()
+    mask, attention_bias = _operand(m, "mask") or empty(), _operand(m, "attention_bias") or empty()
     attrs = {k: m.root.attrs[k] for k in _MHA_ATTRS if k in m.root.attrs}
     nodes.append(gs.Node("MultiHeadAttention", domain=CONTRIB_DOMAIN, inputs=[q, k, v, empty(), mask, attention_bias],
                          outputs=[m.outputs[0]], attrs=attrs))
@@ -133,10 +127,10 @@ def _dequantized_projection(m: Match):
     names = m.fresh
     acc, wide, scale, qkv = (gs.Variable(names(h), dtype=d) for h, d in (
         ("qkv_int", np.int32), ("qkv_float", np.float32), ("qkv_scale", np.float32), ("qkv", np.float32)))
-    zeros = [_quantized(m, "x_zero") or gs.Variable.empty()] + ([_quantized(m, "w_zero")] if _quantized(m, "w_zero") else [])
+    zeros = [_operand(m, "x_zero") or gs.Variable.empty()] + ([_operand(m, "w_zero")] if _operand(m, "w_zero") else [])
     return [gs.Node("MatMulInteger", inputs=[m["x"], m["w"], *zeros], outputs=[acc]),
             gs.Node("Cast", inputs=[acc], outputs=[wide], attrs={"to": 1}),  # onnx TensorProto.FLOAT
-            gs.Node("Mul", inputs=[_quantized(m, "x_scale"), _quantized(m, "w_scale")], outputs=[scale]),
+            gs.Node("Mul", inputs=[_operand(m, "x_scale"), _operand(m, "w_scale")], outputs=[scale]),
             gs.Node("Mul", inputs=[wide, scale], outputs=[qkv])], qkv
 
 
