@@ -117,12 +117,14 @@ def _model_feeds(model_path: str, inputs_path: str) -> dict:
 def _run_optimize(model_path: str, quiet: bool):
     from .compiler.model_io import load_model
     from .compiler.optimize import optimize_model
+    from .compiler.passes.pipeline import PORTABLE_PIPELINE
 
     model = load_model(model_path)
     if quiet:
-        return model, optimize_model(model)
+        return model, optimize_model(model, PORTABLE_PIPELINE)
     with stderr.status("optimizing") as status:
-        result = optimize_model(model, progress=lambda phase, name: status.update(f"optimizing: {phase} / {name}"))
+        result = optimize_model(model, PORTABLE_PIPELINE,
+                                progress=lambda phase, name: status.update(f"optimizing: {phase} / {name}"))
     return model, result
 
 

@@ -16,7 +16,7 @@ from .atomic import atomic_path
 from .build_phases import phase
 from .build_precision import PrecisionSettings, reduce_precision
 from .engine_cache import EngineCache, default_cache_dir
-from .errors import BadInput, InfcError
+from .errors import BadInput
 from .graph import import_graph
 from .lower import Program, lower_graph, value_info
 from .memory_plan import plan_memory
@@ -158,7 +158,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         try:
             with phase(f"sample run at the profile's {level} shapes", spin):
                 _, shapes_by_level[level] = sample_run(program, feeds)
-        except InfcError as exc:
+        except Exception as exc:  # noqa: BLE001 - ours unless onnxruntime fails on the original too (below)
             _explain_sample_failure(model_path, model, program, feeds, feeds is given, level, exc, given)
 
     from .tune_plan import tune_program  # the tuner is heavy: only builds that miss the cache load it
@@ -269,7 +269,12 @@ def _explain_sample_failure(model_path: Path, model, program: Program, feeds: di
             raise BadInput(f"{model_path}: {exc}") from exc
         raise exc
     try:
-        ort_session(model).run(None, feeds)
+        session = ort_session(model)
+    except BadInput as load_exc:  # an island is the model's own nodes: onnxruntime refuses them as it refuses the model
+        raise BadInput(f"{model_path}: the ops infc has no kernel for run in onnxruntime, which refuses the model: "
+                       f"{load_exc}") from None
+    try:
+        session.run(None, feeds)
     except Exception as ort_exc:  # noqa: BLE001 - its message is the explanation
         # given inputs stand in only at their own shapes: at other levels say so, not "give --inputs"
         hint = ("give representative inputs with --inputs FEEDS.npz" if given is None else

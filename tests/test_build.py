@@ -307,3 +307,26 @@ def test_a_gemm_reading_a_graph_input_is_tuned(tmp_path):
     assert report["timing_cache"]["misses"] >= 2  # buckets 1 .. 64
     feeds = {"x": np.random.default_rng(1).standard_normal((16, 64)).astype(np.float32)}
     assert_plan_matches_ort(tmp_path / "plan.bin", tmp_path / "gemm.onnx", feeds)
+
+
+def test_model_whose_island_onnxruntime_refuses_is_bad_input(tmp_path):
+    # quantize_static (QOperator) of a ViT wrote a QLinearAdd reading an int32 bias (a shared initializer):
+    # infc has no QLinearAdd kernel, so it is an onnxruntime island, and its session refused to load (exit 1)
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("QLinearAdd", ["xq", "s", "z", "bad", "s", "z", "s", "z"], ["yq"], domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["yq", "s", "z"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0.1, np.float32), "s"), numpy_helper.from_array(np.array(128, np.uint8), "z"),
+             numpy_helper.from_array(np.arange(4, dtype=np.int32), "bad")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=8)
+    path = tmp_path / "refused.onnx"
+    onnx.save(model, path)
+    result = infc("build", path, "-o", tmp_path / "p.bin", "--no-cache")
+    assert result.returncode == 2, result.stderr
+    (line,) = [x for x in result.stderr.strip().splitlines() if x.startswith("error:")]
+    assert line.startswith(f"error: {path}: the ops infc has no kernel for run in onnxruntime, which refuses the model")
+    assert "Traceback" not in result.stderr and not (tmp_path / "p.bin").exists()

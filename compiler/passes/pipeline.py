@@ -15,6 +15,7 @@ from .cleanup.cse import CommonSubexpressions
 from .cleanup.dead_code import RemoveDeadCode
 from .cleanup.noop import RemoveNoOps
 from .engine import RewritePass
+from .expand import embed_layernorm, packed_attention
 from .fold import batchnorm, conv_affine, pad_into_conv
 from .fold.constant_folding import FoldConstants
 from .fold.shape_inference import InferShapes
@@ -40,6 +41,7 @@ from .layout import pretranspose_weights, transpose_cancel, transpose_into_matmu
 from .stats import PassStats
 
 MAX_ROUNDS = 8
+EXPAND_ATTENTION, EXPAND_EMBEDDING = "expand_packed_attention", "expand_embed_layernorm"
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ PIPELINE: tuple[Phase, ...] = (
     )),
     Phase("fold", (
         Step(InferShapes(), "static shapes let Shape chains and no-op reshapes fold; first, so the rest can use them"),
+        Step(RewritePass(EXPAND_ATTENTION, packed_attention.RULES), "other tools' packed (Q)Attention into a GEMM and MultiHeadAttention, which infc has kernels for; needs shapes (a 1-D mask must be provably [batch]) and comes before the embedding expansion, whose mask index it recognizes"),
+        Step(RewritePass(EXPAND_EMBEDDING, embed_layernorm.RULES), "other tools' (Q)EmbedLayerNormalization into Gather/Add/LayerNormalization, which infc has kernels for; before folding, which turns dequantized tables into float ones"),
         Step(FoldConstants(), "turns static Shape chains and constant arithmetic into constants"),
         Step(CommonSubexpressions(), "exporters repeat shape computations; merged, they fold and match once"),
         Step(RewritePass("fold_batchnorm", batchnorm.RULES), "BN into its Conv before Conv epilogue fusions look at the Conv"),
@@ -101,6 +105,13 @@ PIPELINE: tuple[Phase, ...] = (
         Step(RemoveDeadCode(), "leave nothing unused in the written model"),
     )),
 )
+
+
+# `infc optimize` writes a model for onnxruntime, whose packed contrib kernels beat their expansion
+# (BERT from its transformers optimizer: 1.10-1.13x slower expanded): the expansion is for builds.
+PORTABLE_PIPELINE: tuple[Phase, ...] = tuple(
+    Phase(phase.name, tuple(step for step in phase.steps if step.pass_.name not in (EXPAND_ATTENTION, EXPAND_EMBEDDING)))
+    for phase in PIPELINE)
 
 
 @dataclass

@@ -32,6 +32,19 @@ def test_mha_masks_and_scale(rng, single_node, ort_check):
     ort_check(model, feeds)
 
 
+@pytest.mark.parametrize("unidirectional", [0, 1])
+@pytest.mark.parametrize("padding", [np.array([[0, 0, 1, 1, 1], [0, 0, 0, 0, 0]], np.int32), np.array([0, 3], np.int32)])
+def test_mha_rows_whose_visible_keys_are_all_masked(padding, unidirectional, rng, single_node, ort_check):
+    # onnxruntime adds the filler to masked scores and drops future keys: a left-padded query under a
+    # causal mask (or an all-zero mask row) attends over its visible keys by their scores; infc set
+    # them to the filler and attended uniformly over every key, future ones included
+    q, k, v = _qkv(rng)
+    feeds = {"q": q * 3, "k": k, "v": v, "m": padding}
+    model = single_node("MultiHeadAttention", feeds, [("y", F32)], {"num_heads": N, "unidirectional": unidirectional},
+                        domain=MS, input_names=["q", "k", "v", "", "m"])
+    ort_check(model, feeds, rtol=1e-3)  # the filler's float32 rounding of score - 10000 (~5e-4 on these scores)
+
+
 def test_mha_past_and_present(rng, single_node, ort_check):
     q, k, v = _qkv(rng, s=1, t=1)
     past_k, past_v = rng.standard_normal((B, N, 6, H)).astype(F32), rng.standard_normal((B, N, 6, H)).astype(F32)

@@ -163,14 +163,14 @@ def multi_head_attention(inputs, attrs, ctx):
         if padding.ndim == 1:  # key lengths per batch
             padding = np.arange(t_len)[None, :] < padding[:, None]
         keep = padding.astype(bool).reshape((padding.shape[0], 1) + (1,) * (3 - padding.ndim) + padding.shape[1:])
-        scores = np.where(keep, scores, filler)
+        scores = scores + np.where(keep, q.dtype.type(0), filler)  # added, as onnxruntime does (jit_attention.py)
     if attn_bias is not None:
         if attn_bias.ndim <= scores.ndim and all(a == 1 or a == s for a, s in zip(attn_bias.shape[::-1], scores.shape[::-1])):
             scores += attn_bias
         else:
             scores = scores + attn_bias
     if attrs.get("unidirectional", 0):
-        scores = np.where(np.tril(np.ones((s_len, t_len), bool), t_len - s_len), scores, filler)
+        scores = np.where(np.tril(np.ones((s_len, t_len), bool), t_len - s_len), scores, q.dtype.type(-np.inf))
     y = np.matmul(softmax_rows(scores), v)
     return [_merge(y), k, v]
 

@@ -3,9 +3,12 @@
 NumPy's batched matmul runs them 2-4x faster than compiled loops did), the scale, key padding mask,
 attention bias, causal mask and softmax run as one call over the scores instead of ~12 NumPy passes.
 
-Same order of operations as attention.multi_head_attention: scores * scale, masked keys set to the
-filler value, + bias, causal positions set to the filler, softmax (rows that are all -inf give zeros,
-a NaN makes its row NaN). Each row's result depends on that row alone.
+Same order of operations as attention.multi_head_attention: scores * scale, + the filler value on
+masked keys, + bias, causal positions -inf, softmax (rows that are all -inf give zeros, a NaN makes its
+row NaN). Each row's result depends on that row alone. The filler is added and future keys dropped as
+onnxruntime's CPU MultiHeadAttention does: a query whose visible keys are all masked (left padding
+under a causal mask, an all-zero mask row) then attends over its visible keys by their scores, where
+setting them to the filler made it attend uniformly over every key, future ones included.
 
 `attend` returns None where it does not handle the case and the caller takes its NumPy path.
 """
@@ -64,11 +67,11 @@ def _softmax_scores(scores, bias, keep, scale, filler, causal, probs):
                 for j in range(keys):
                     x = row[j] * scale
                     if has_keep and not kept[j]:
-                        x = filler
+                        x += filler
                     if has_bias:
                         x += shift[j]
                     if j > visible:
-                        x = filler
+                        x = minus_inf
                     row[j] = x
     flat, out = scores.reshape(-1), probs.reshape(-1)
     count = flat.shape[0]
