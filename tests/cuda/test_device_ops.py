@@ -45,7 +45,8 @@ def check(domain: str, op: str, inputs: list, attrs: dict, num_outputs: int = 1,
         assert np.abs(g.astype(np.float64) - w).max() / scale <= 1e-5, f"{op} {attrs}"
 
 
-@pytest.mark.parametrize("variant", ["plain", "bias_mask_lengths", "mask_2d_bias_causal", "packed_qkv", "past"])
+@pytest.mark.parametrize("variant", ["plain", "bias_mask_lengths", "mask_2d_bias_causal", "left_padded_causal", "packed_qkv",
+                                     "past"])
 def test_multi_head_attention(variant):
     b, s, n, h = 2, 5, 2, 4
     q, k, v = _normal(b, s, n * h), _normal(b, s, n * h), _normal(b, s, n * h)
@@ -56,6 +57,10 @@ def test_multi_head_attention(variant):
         mask = np.ones((b, s), dtype=np.int32)
         mask[1, 3:] = 0
         inputs, attrs = [q, k, v, None, mask, _normal(1, n, s, s)], {"num_heads": n, "unidirectional": 1, "scale": 0.3}
+    elif variant == "left_padded_causal":  # the first queries see only padded keys: filler added, future keys dropped
+        mask = np.ones((b, s), dtype=np.int32)
+        mask[1, :3] = 0
+        inputs, attrs = [q, k, v, None, mask], {"num_heads": n, "unidirectional": 1}
     elif variant == "packed_qkv":
         inputs = [_normal(b, s, n, 3, h)]
     elif variant == "past":

@@ -17,6 +17,8 @@ from infc.compiler.runtime.cuda.executor import DeviceContext
 from infc.compiler.runtime.cuda.ops_attention import multi_head_attention, softmax_last
 from infc.compiler.runtime.cuda.ops_nn import NN
 from infc.compiler.runtime.cuda.rows import NORM, ROW_ARGS, SOFTMAX, RowKernels
+from infc.compiler.runtime.kernels import kernel_for
+from infc.compiler.runtime.kernels.common import KernelContext
 
 ROW_CACHE_SOFTMAX, ROW_CACHE_NORM = 8 * 128, 8 * 256  # values a block holds in registers (ROW_CACHE x BLOCK)
 
@@ -50,7 +52,7 @@ def test_softmax_rows_match_the_array_path(rows, width):
 
 
 @pytest.mark.parametrize("queries,keys", [(3, 7), (7, 7), (9, 4)])
-@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("masked", [False, True, "left"])
 def test_attention_scores_in_one_pass_match_the_array_path(rows, queries, keys, masked):
     rng = np.random.default_rng(queries * 10 + keys)
     b, n, h = 2, 3, 8
@@ -60,8 +62,13 @@ def test_attention_scores_in_one_pass_match_the_array_path(rows, queries, keys, 
     inputs = [q, k, v, None, None, None, None, None]
     if masked:  # key padding (the array ops go first, then the kernel with scale 1)
         inputs[4] = (rng.random((b, keys)) > 0.3).astype(np.int32)
+    if masked == "left":  # left padding under the causal band: a first query sees only padded keys
+        inputs[4] = np.ones((b, keys), np.int32)
+        inputs[4][1, :keys // 2 + 1] = 0
     attrs = {"num_heads": n, "unidirectional": 1, "scale": 0.3}
     want = multi_head_attention(inputs, attrs, _ctx(None, 3))[0]
+    cpu = kernel_for("com.microsoft", "MultiHeadAttention")(inputs, attrs, KernelContext(17, [None] * 3))[0]
+    _close(want, cpu, 1e-5)  # the array path is the CPU kernel's semantics
     launches = rows.launches
     got = multi_head_attention(inputs, attrs, _ctx(rows, 3))[0]
     assert rows.launches == launches + 1

@@ -9,6 +9,8 @@ gathered per run from the caches by position, as the CPU kernel does."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..kernels.attention import mha_operands
 from ..kernels.common import arg
 
@@ -28,12 +30,13 @@ def softmax_last(scores, xp):
 
 
 def _masked(scores, padding, attn_bias, filler, xp):
-    """Scores with padded keys set to `filler`, then the additive bias, as onnxruntime applies them."""
+    """Scores with `filler` added on padded keys, then the additive bias, as onnxruntime applies them (a row
+    whose keys are all padded keeps its scores' differences, as the CPU kernel)."""
     if padding is not None:
         if padding.ndim == 1:  # key lengths per batch
             padding = xp.arange(scores.shape[-1])[None, :] < padding[:, None]
         keep = padding.astype(bool).reshape((padding.shape[0], 1) + (1,) * (3 - padding.ndim) + padding.shape[1:])
-        scores = xp.where(keep, scores, scores.dtype.type(filler))
+        scores = scores + xp.where(keep, scores.dtype.type(0), scores.dtype.type(filler))  # added, as onnxruntime does
     if attn_bias is not None:
         scores = scores + attn_bias
     return scores
@@ -49,15 +52,15 @@ def multi_head_attention(inputs, attrs, ctx):
         if padding is not None or attn_bias is not None:  # those go first, as array ops
             scores = _masked(scores * scores.dtype.type(scale), padding, attn_bias, filler, xp)
             scale = 1.0
-        causal_len = scores.shape[-2] if attrs.get("unidirectional", 0) else 0
-        probs = rows.softmax(scores, xp, scale=scale, causal_len=causal_len, filler=filler, in_place=True)
+        causal_len = scores.shape[-2] if attrs.get("unidirectional", 0) else 0  # future keys dropped: -inf
+        probs = rows.softmax(scores, xp, scale=scale, causal_len=causal_len, filler=float("-inf"), in_place=True)
         return [_merge(xp.matmul(probs, v), xp), k, v]
     scores = scores * q.dtype.type(scale)
     s_len, t_len = scores.shape[-2:]
     filler = q.dtype.type(attrs.get("mask_filter_value", -10000.0))
     scores = _masked(scores, padding, attn_bias, filler, xp)
     if attrs.get("unidirectional", 0):
-        scores = xp.where(xp.tril(xp.ones((s_len, t_len), dtype=bool), t_len - s_len), scores, filler)
+        scores = xp.where(xp.tril(xp.ones((s_len, t_len), dtype=bool), t_len - s_len), scores, q.dtype.type(-np.inf))
     y = xp.matmul(softmax_last(scores, xp), v)
     return [_merge(y, xp), k, v]
 
