@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError, EncodeError
 
 from .atomic import atomic_path
 from .errors import BadInput
+from .graph_order import sort_topologically
 
 # Protobuf cannot serialize a message over 2 GiB; stay clear of it with some headroom.
 EXTERNAL_DATA_THRESHOLD_BYTES = 1_800_000_000
@@ -39,6 +40,7 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
     except (OSError, ValueError, onnx.checker.ValidationError) as exc:  # a missing data file is the last
         raise BadInput(f"{path}: cannot load external data: {_first_line(exc)}") from None
     _check_acyclic(model.graph, path)
+    sort_topologically(model.graph)
     _check_model(model, path)
     return _inline_local_functions(model, path)
 

@@ -180,3 +180,52 @@ def test_outputs_declared_without_a_shape_or_type_load_as_onnxruntime_runs_them(
     x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
     np.testing.assert_allclose(PlanSession(tmp_path / "old.plan").run({"x": x})["y"], ort_session(model).run(["y"], {"x": x})[0],
                                rtol=1e-6, atol=1e-7)
+
+
+def test_graphs_with_nodes_out_of_order_load_sorted_and_a_plan_runs_them(tmp_path):
+    """onnxconverter's float16 conversion (ultralytics' export(half=True) on the CPU) appends the Casts
+    of the graph's inputs and outputs after the nodes that read them. onnxruntime sorts and runs such a
+    graph; infc refused it ("the ONNX checker rejects the model: Nodes in a graph must be
+    topologically sorted"). Now it loads sorted (a sorted graph keeps its order) and builds."""
+    from onnx import TensorProto, numpy_helper
+
+    from infc.compiler.build import BuildOptions, build
+    from infc.compiler.runtime.session import PlanSession
+    from infc.compiler.verify import ort_session
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float16), "w")
+    branch_out = helper.make_tensor_value_info("b", TensorProto.FLOAT16, None)
+    then_branch = helper.make_graph([helper.make_node("Neg", ["s"], ["b"])], "then", [], [branch_out])  # reads outer 's'
+    else_branch = helper.make_graph([helper.make_node("Identity", ["s"], ["b"])], "else", [], [branch_out])
+    nodes = [
+        helper.make_node("Conv", ["x16", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c"], ["s"]),
+        helper.make_node("If", ["flag"], ["y16"], then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("ReduceMax", ["c"], ["m"], keepdims=0),
+        helper.make_node("Greater", ["m", "zero"], ["flag"]),
+        helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16),  # appended last, read first
+        helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(nodes, "half", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [w, numpy_helper.from_array(np.array(0, np.float16), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = tmp_path / "half.onnx"
+    onnx.save(model, path)
+    with pytest.raises(onnx.checker.ValidationError, match="topologically sorted"):
+        onnx.checker.check_model(model)
+    loaded = model_io.load_model(path)
+    assert [n.op_type for n in loaded.graph.node] == ["Cast", "Conv", "Sigmoid", "ReduceMax", "Greater", "If", "Cast"]
+    build(str(path), None, str(tmp_path / "half.plan"), BuildOptions(target="cpu", cache_dir=tmp_path / "c", show_progress=False))
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(PlanSession(tmp_path / "half.plan").run({"x": x})["y"], ort_session(model).run(["y"], {"x": x})[0],
+                               rtol=2e-3, atol=2e-3)
+
+
+def test_a_sorted_graph_keeps_its_order():
+    from infc.compiler.graph_order import sort_topologically
+
+    model = _weighted_model()
+    before = list(model.graph.node)
+    assert not sort_topologically(model.graph) and list(model.graph.node) == before

@@ -1,4 +1,4 @@
-"""Spatial sampling and detection ops: GridSample, AffineGrid, RoiAlign, NonMaxSuppression, Col2Im."""
+"""Spatial sampling and detection ops: GridSample, AffineGrid, RoiAlign, NonMaxSuppression (nms.py), Col2Im."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 
+from . import nms
 from .common import arg, ints
 from .jit_grid_sample import sample_bilinear
 from .jit_roi_align import roi_align_compiled
@@ -147,35 +148,7 @@ def non_max_suppression(inputs, attrs, ctx):
     limit = int(arg(inputs, 2).reshape(-1)[0]) if arg(inputs, 2) is not None and arg(inputs, 2).size else 0
     iou_limit = float(arg(inputs, 3).reshape(-1)[0]) if arg(inputs, 3) is not None and arg(inputs, 3).size else 0.0
     floor = float(arg(inputs, 4).reshape(-1)[0]) if arg(inputs, 4) is not None and arg(inputs, 4).size else None
-    if attrs.get("center_point_box", 0):
-        cx, cy, w, h = np.moveaxis(boxes.astype(np.float64), -1, 0)
-        corners = np.stack([cy - h / 2, cx - w / 2, cy + h / 2, cx + w / 2], axis=-1)
-    else:
-        b = boxes.astype(np.float64)
-        corners = np.stack([np.minimum(b[..., 0], b[..., 2]), np.minimum(b[..., 1], b[..., 3]),
-                            np.maximum(b[..., 0], b[..., 2]), np.maximum(b[..., 1], b[..., 3])], axis=-1)
-    selected = []
-    for batch, cls in itertools.product(range(scores.shape[0]), range(scores.shape[1])):
-        s = scores[batch, cls]
-        order = np.argsort(-s, kind="stable")
-        if floor is not None:
-            order = order[s[order] > floor]
-        kept: list[int] = []
-        for i in order:
-            if len(kept) >= limit:
-                break
-            if all(_iou(corners[batch, i], corners[batch, k]) <= iou_limit for k in kept):
-                kept.append(int(i))
-        selected += [[batch, cls, k] for k in kept]
-    return [np.array(selected, dtype=np.int64).reshape(-1, 3)]
-
-
-def _iou(a, b) -> float:
-    inter_h = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    inter_w = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = inter_h * inter_w
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
+    return [nms.non_max_suppression(boxes, scores, limit, iou_limit, floor, bool(attrs.get("center_point_box", 0)))]
 
 
 def col2im(inputs, attrs, ctx):
