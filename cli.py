@@ -167,6 +167,10 @@ def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision,
         report["outputs"] = [d.to_json() for d in diffs]
         report["max_abs_diff"] = max((d.max_abs_diff for d in diffs), default=0.0)
         report["max_rel_diff"] = max((d.max_rel_diff for d in diffs), default=0.0)
+        from .compiler.verify_selection import selection_note
+
+        if note := selection_note(original.graph, diffs):
+            report["verify_note"] = note
     save_model(result.model, output)
     report["output"] = str(output)
     if as_json:
@@ -176,6 +180,8 @@ def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision,
     if verify:
         click.echo(f"verify: max abs diff {report['max_abs_diff']:.3g}, max rel diff {report['max_rel_diff']:.3g} "
                    f"over {len(report['outputs'])} outputs")
+        if report.get("verify_note"):
+            click.echo(f"verify note: {report['verify_note']}")
     click.echo(f"wrote {output}: {report['nodes_before']} -> {report['nodes_after']} nodes")
 
 

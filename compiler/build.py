@@ -34,6 +34,7 @@ from .tune_whole import offer as offer_whole_model
 from .tune_whole import prove as prove_whole_model
 from .tune_whole import whole_model_offered
 from .verify import compare_outputs, ort_session
+from .verify_selection import selection_note
 
 PLAN_KIND = "one_shot"
 
@@ -298,9 +299,11 @@ def _verify(model, program: Program, profile: Profile, executor=None, given: dic
     executor = executor or Executor(program.steps, program.weights, program.opset, program.islands, output_names=names)
     actual = executor.run(feeds)
     diffs = compare_outputs(names, expected, [actual[n] for n in names])
+    note = selection_note(model.graph, diffs)
     return {"max_abs_diff": max(d.max_abs_diff for d in diffs), "max_rel_diff": max(d.max_rel_diff for d in diffs),
             "outputs": [d.to_json() for d in diffs],
-            "reference": f"onnxruntime, graph optimizations {'on' if optimized_reference else 'off'}"}
+            "reference": f"onnxruntime, graph optimizations {'on' if optimized_reference else 'off'}",
+            **({"note": note} if note else {})}
 
 
 def _check_output(output: Path) -> None:

@@ -312,4 +312,6 @@ def print_build_report(report: dict, console: Console) -> None:
     if report.get("verify"):
         console.print(f"verify: max abs diff {report['verify']['max_abs_diff']:.3g}, max rel diff {report['verify']['max_rel_diff']:.3g}"
                       + (f" against {report['verify']['reference']}" if report['verify'].get('reference') else ""))
+        if report["verify"].get("note"):
+            console.print(f"verify note: {report['verify']['note']}")
     console.print(f"wrote {report['plan']} in {report['build_s']:.2f} s")
