@@ -16,7 +16,7 @@ from .atomic import atomic_path
 from .build_phases import phase
 from .build_precision import PrecisionSettings, reduce_precision
 from .engine_cache import EngineCache, default_cache_dir
-from .errors import BadInput, InfcError
+from .errors import BadInput, InfcError, error_reason
 from .graph import import_graph
 from .lower import Program, lower_graph, value_info
 from .memory_plan import plan_memory
@@ -277,7 +277,7 @@ def _explain_sample_failure(model_path: Path, model, program: Program, feeds: di
                 + ", ".join(f"{n} {list(a.shape)}" for n, a in given.items())
                 + "): give a profile whose min, opt and max are their shapes, or leave --profile out")
         raise BadInput(f"{model_path}: the model does not run on random inputs at the profile's {level} shapes "
-                       f"(onnxruntime fails too: {str(ort_exc).splitlines()[0][:160]}); {hint}") from None
+                       f"(onnxruntime fails too: {error_reason(ort_exc)}); {hint}") from None
     raise exc
 
 
