@@ -12,7 +12,7 @@ import onnx_graphsurgeon as gs
 
 from .errors import BadInput
 from .lower_fuse import fuse_program
-from .lower_sequences import OpenSequences
+from .lower_sequences import OpenSequences, sink_sequence_makers
 
 ISLAND_OP = "__island__"
 
@@ -76,6 +76,7 @@ def _lowerable(node: gs.Node, has_kernel: Callable[[str, str], bool]) -> bool:
 def lower_graph(graph: gs.Graph, has_kernel: Callable[[str, str], bool], opset: int | None = None,
                 allow_fallback: bool = True) -> Program:
     graph.toposort()
+    graph.nodes = sink_sequence_makers(list(graph.nodes), graph)
     weights = {}
     for tensor in graph.tensors().values():
         if isinstance(tensor, gs.Constant):

@@ -6,7 +6,12 @@ until each node that reads it has joined.
           (the Shape / Gather between them, native or not, join it too)
 
 A value is a sequence where shape inference typed it so, where a sequence op made it, or where a
-sequence op reads it at a sequence slot (a Loop's scan-carried output has no type after some passes)."""
+sequence op reads it at a sequence slot (a Loop's scan-carried output has no type after some passes).
+
+Since the island takes every node between the sequence's maker and its last reader, a maker sits
+just before its first reader (`sink_sequence_makers`): a SequenceEmpty has no inputs, so a toposort
+lists it first, and FastSpeech2's length regulator (SequenceEmpty ... Loop ... ConcatFromSequence)
+took the whole encoder before it into onnxruntime."""
 
 from __future__ import annotations
 
@@ -44,10 +49,13 @@ class OpenSequences:
         return bool(self._unread)
 
     def joined(self, node: gs.Node) -> None:
-        for value in node.inputs:
+        # a Loop body reading the sequence from the outer scope is one of its readers (graphsurgeon
+        # lists the body's node among them): counted only as node.inputs, FastSpeech2's
+        # SplitToSequence never closed and the island took the whole decoder after it
+        for value in _values_read(node):
             if id(value) in self._unread:
                 self._unread[id(value)] -= 1
-                if not self._unread[id(value)]:
+                if self._unread[id(value)] <= 0:
                     del self._unread[id(value)]
         for out in node.outputs:
             if id(out) in self._non_tensor and out.outputs:
@@ -55,3 +63,41 @@ class OpenSequences:
 
     def closed(self) -> None:
         self._unread.clear()
+
+
+def sink_sequence_makers(nodes: list[gs.Node], graph: gs.Graph) -> list[gs.Node]:
+    """`nodes` (in topological order) with every node whose outputs are all non-tensor values moved
+    down to just before the first node that reads one of them (in its inputs or in a subgraph)."""
+    non_tensor = non_tensor_values(graph)
+    is_maker = {id(n): bool(n.outputs) and all(id(o) in non_tensor for o in n.outputs) for n in nodes}
+    deferred: dict[int, gs.Node] = {}  # value id -> its deferred maker
+    order: list[gs.Node] = []
+
+    def emit(node: gs.Node) -> None:
+        for value in _values_read(node):
+            maker = deferred.pop(id(value), None)
+            if maker is not None:
+                for out in maker.outputs:
+                    deferred.pop(id(out), None)
+                emit(maker)
+        order.append(node)
+
+    for node in nodes:
+        if is_maker[id(node)]:
+            deferred.update((id(out), node) for out in node.outputs)
+        else:
+            emit(node)
+    for node in nodes:  # makers nothing reads (or only graph outputs), in their own order
+        if any(deferred.get(id(out)) is node for out in node.outputs):
+            for out in node.outputs:
+                deferred.pop(id(out), None)
+            emit(node)
+    return order
+
+
+def _values_read(node: gs.Node) -> list[gs.Tensor]:
+    values = list(node.inputs)
+    for sub in node.subgraphs(recursive=True):
+        for inner in sub.nodes:
+            values.extend(inner.inputs)
+    return values

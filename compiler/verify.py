@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 
 from .child_run import run_in_child
-from .errors import BadInput, InfcError
+from .errors import BadInput, InfcError, error_reason
 from .feeds import random_feeds
 from .model_io import as_model_file, serialized
 from .ort_env import require_onnxruntime
@@ -104,7 +104,7 @@ def verify_models(original: onnx.ModelProto, optimized: onnx.ModelProto, seed: i
     try:
         actual = ort_session(optimized).run(names, feeds)
     except Exception as exc:  # noqa: BLE001
-        raise InfcError(f"onnxruntime cannot run the optimized model: {str(exc).splitlines()[0][:300]}") from None
+        raise InfcError(f"onnxruntime cannot run the optimized model: {error_reason(exc)}") from None
     return compare_outputs(names, expected, actual)
 
 
@@ -113,7 +113,7 @@ def _run_original(session, names, feeds):
         return session.run(names, feeds)
     except Exception as exc:  # noqa: BLE001 - report ORT's reason in one line
         raise BadInput(f"onnxruntime cannot run the original model on generated inputs "
-                       f"({str(exc).splitlines()[0][:200]}); give inputs with --inputs or dims with --dim") from None
+                       f"({error_reason(exc)}); give inputs with --inputs or dims with --dim") from None
 
 
 # Made-up feeds first run in a forked child for models up to this size (child_run.py): onnxruntime

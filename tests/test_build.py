@@ -330,3 +330,28 @@ def test_model_whose_island_onnxruntime_refuses_is_bad_input(tmp_path):
     (line,) = [x for x in result.stderr.strip().splitlines() if x.startswith("error:")]
     assert line.startswith(f"error: {path}: the ops infc has no kernel for run in onnxruntime, which refuses the model")
     assert "Traceback" not in result.stderr and not (tmp_path / "p.bin").exists()
+
+
+def test_verify_of_a_model_onnxruntime_refuses_names_the_model_and_builds_without_it(tmp_path):
+    """torch's dynamo export of istft writes ScatterND with int32 indices, which onnxruntime refuses to
+    load and infc runs: --verify has no reference (one line naming the model, no plan written); the
+    plan builds without it and computes what the graph says."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("ScatterND", ["x", "indices", "updates"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4]),
+                     helper.make_tensor_value_info("updates", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+        [numpy_helper.from_array(np.array([[0], [2]], np.int32), "indices")])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8), model)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("inputs:\n  x: {min: [3, 4], opt: [4, 4], max: [8, 4]}\n  updates: [2, 4]\n")
+    result = infc("build", model, "--profile", profile, "-o", tmp_path / "plan.bin", "--no-cache", "--verify", "--json")
+    one_line_error(result, 2, str(model), "--verify", "onnxruntime cannot load the model", "builds without --verify")
+    assert not (tmp_path / "plan.bin").exists()
+    build(tmp_path, model, profile)
+    x, updates = np.zeros((5, 4), np.float32), np.ones((2, 4), np.float32)
+    y = PlanSession(tmp_path / "plan.bin").run({"x": x, "updates": updates})["y"]
+    np.testing.assert_array_equal(y, np.array([[1] * 4, [0] * 4, [1] * 4, [0] * 4, [0] * 4], np.float32))

@@ -130,3 +130,16 @@ def test_onnxruntime_dying_on_made_up_inputs_is_a_failed_attempt(monkeypatch):
     assert diffs[0].max_rel_diff < 1e-5
     with pytest.raises(BadInput, match="onnxruntime died of SIGFPE running the original model on generated inputs"):
         verify_models(model, model, dims={"samples": 100})
+
+
+def test_a_reshape_the_generated_inputs_do_not_fit_names_the_shapes():
+    """MusicGen's decoder reshapes [batch * codebooks, length] ids to [-1, 4, length]: no generated
+    batch is a multiple of 4. The one-line error keeps onnxruntime's shapes, not its C++ source
+    location (which used to fill the line and cut them off)."""
+    nodes = [helper.make_node("Reshape", ["ids", "by_codebook"], ["grouped"])]
+    model = make_model(nodes, [("ids", F32, ["batch_codebooks", 5])], [("grouped", F32, ["b", 7, 5])],
+                       {"by_codebook": np.array([-1, 7, 5], np.int64)})
+    with pytest.raises(BadInput, match=r"cannot run the original model") as info:
+        verify_models(model, model)
+    assert "/onnxruntime_src" not in str(info.value)
+    assert "requested shape" in str(info.value)

@@ -47,3 +47,29 @@ def test_cumsum(attrs, axis, rng, single_node, ort_check):
     x = rng.standard_normal((3, 5)).astype(F32)
     model = single_node("CumSum", {"x": x}, [("y", F32)], attrs, {"axis": np.array(axis, np.int64)}, opset=14)
     ort_check(model, {"x": x})
+
+
+@pytest.mark.parametrize("op", REDUCE)
+@pytest.mark.parametrize("axis,keepdims", [(-1, 0), (-1, 1), (1, 0), (2, 1)])
+def test_reductions_over_a_short_axis(op, axis, keepdims, rng, single_node, ort_check):
+    """An STFT's (re, im) pair, a 3-wide channel axis: folded slice by slice (kernels/reduce.py)."""
+    x = (rng.random((3, 2, 4, 2)) + 0.5).astype(F32)
+    inits = {"axes": np.array([axis], np.int64)}
+    ort_check(single_node(op, {"x": x}, [("y", F32)], {"keepdims": keepdims}, inits, opset=18), {"x": x})
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean", "max", "min", "prod", "l1", "l2", "sumsquare"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+def test_short_axis_fold_gives_numpys_bits(kind, dtype, rng):
+    from infc.compiler.runtime.kernels.reduce import _REDUCERS, SHORT_AXIS, _fold_short_axis
+
+    for size in range(1, SHORT_AXIS + 1):
+        x = (rng.standard_normal((5, size, 7, size)) * 20).astype(dtype)
+        if x.dtype.kind == "f":
+            x[0, 0, 3, 0] = np.nan  # NaN wins the folds of max and min as it wins NumPy's
+        for axis in (1, 3):
+            for keepdims in (False, True):
+                want = np.asarray(_REDUCERS[kind](x, (axis,), keepdims)).astype(x.dtype, copy=False)
+                got = np.asarray(_fold_short_axis(kind, x, axis, keepdims)).astype(x.dtype, copy=False)
+                assert got.shape == want.shape
+                np.testing.assert_array_equal(got, want)

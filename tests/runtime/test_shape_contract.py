@@ -61,6 +61,16 @@ def test_onnxruntime_failures_contradict_shapes(op):
     assert contradicts_shapes(_raised(lambda: ort_session(model).run(None, feeds)))
 
 
+def test_onnxruntime_reflect_pad_wider_than_its_axis_contradicts_shapes():
+    """EnCodec's decoder mirrors 6 frames of its input: fed 2 codes, onnxruntime refuses the pad."""
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "T"])]
+    pads = helper.make_tensor("pads", TensorProto.INT64, [6], [0, 0, 6, 0, 0, 0])
+    node = helper.make_node("Pad", ["x", "pads"], ["y"], mode="reflect")
+    graph = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [pads])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert contradicts_shapes(_raised(lambda: ort_session(model).run(None, {"x": np.ones((1, 4, 2), np.float32)})))
+
+
 def test_other_failures_do_not():
     assert not contradicts_shapes(ValueError("axis 4 out of range for rank 3"))
     assert not contradicts_shapes(IndexError("index 10 is out of bounds for axis 0 with size 4"))

@@ -34,7 +34,9 @@ def _reduce(kind: str):
             fill = _empty_fill(kind, work.dtype)
             return [np.full(shape, fill, dtype=work.dtype).astype(x.dtype)]
         trailing = axis == tuple(range(work.ndim - len(axis), work.ndim))
-        if trailing and len(axis) > 1 and work.flags.c_contiguous:  # one long axis: pairwise sums
+        if len(axis) == 1 and work.shape[axis[0]] <= SHORT_AXIS and kind in _FOLDS:
+            result = _fold_short_axis(kind, work, axis[0], keepdims)
+        elif trailing and len(axis) > 1 and work.flags.c_contiguous:  # one long axis: pairwise sums
             kept = work.shape[:work.ndim - len(axis)]
             result = _REDUCERS[kind](work.reshape(kept + (-1,)), (len(kept),), False)
             result = np.reshape(result, kept + (1,) * len(axis) if keepdims else kept)
@@ -42,6 +44,36 @@ def _reduce(kind: str):
             result = _REDUCERS[kind](work, axis, keepdims)
         return [np.asarray(result).astype(x.dtype, copy=False)]
     return kernel
+
+
+# NumPy reduces an axis of a few elements one output at a time: a sum over the (re, im) pair of an
+# STFT's [batch, frames, bins, 2] took 7 ms where adding the two slices takes 0.07. Up to this size
+# the axis is folded slice by slice, in the order NumPy's own loop adds them (the same bits).
+SHORT_AXIS = 4
+_FOLDS = {  # kind: (elementwise map before the fold, binary fold, after)
+    "sum": (None, np.add, None), "mean": (None, np.add, "mean"), "max": (None, np.maximum, None),
+    "min": (None, np.minimum, None), "prod": (None, np.multiply, None), "l1": (np.abs, np.add, None),
+    "sumsquare": (np.square, np.add, None), "l2": (np.square, np.add, np.sqrt),
+}
+
+
+def _fold_short_axis(kind: str, x: np.ndarray, axis: int, keepdims: bool) -> np.ndarray:
+    before, fold, after = _FOLDS[kind]
+    if x.dtype.kind == "b" and fold is not np.maximum and fold is not np.minimum:
+        return _REDUCERS[kind](x, (axis,), keepdims)  # NumPy sums booleans as integers
+    lead = (slice(None),) * axis
+    pieces = [x[lead + (i,)] for i in range(x.shape[axis])]  # views
+    if before is not None:
+        pieces = [before(piece) for piece in pieces]
+    result = np.array(pieces[0], copy=True)
+    for piece in pieces[1:]:
+        fold(result, piece, out=result)
+    if after == "mean":
+        result = np.true_divide(result, x.shape[axis], out=result) if result.dtype.kind == "f" else \
+            np.mean(x, axis=axis)
+    elif after is not None:
+        result = after(result)
+    return np.expand_dims(result, axis) if keepdims else result
 
 
 def _log_sum_exp(x, axis, keepdims):
