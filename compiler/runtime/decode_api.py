@@ -10,6 +10,7 @@ need them.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -38,6 +39,11 @@ class ModelSpec:
 
 
 KV_DTYPE = np.float32  # the block pools' element type (runtime/model_runner.py)
+
+
+def host_free_bytes() -> int:
+    """Free host memory: what a KV pool on the CPU may take a share of (engine.pool_size)."""
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def kv_bytes_per_block(spec: ModelSpec) -> int:

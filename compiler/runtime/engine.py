@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections import deque
 from dataclasses import dataclass
 
 from .block_manager import BlockManager
-from .decode_api import ModelRunner, SeqChunk
+from .decode_api import ModelRunner, SeqChunk, host_free_bytes
 from .metrics import StepStats, summarize
 from .sampler import make_generator, sample_batch
 from .scheduler import Scheduler
@@ -42,7 +41,7 @@ def pool_size(runner: ModelRunner, config: EngineConfig) -> int:
         return config.num_kv_blocks
     spec = runner.spec
     wanted = config.scheduler.max_num_seqs * -(-spec.max_model_len // spec.block_size)
-    free_bytes = getattr(runner, "free_memory_bytes", lambda: os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))()
+    free_bytes = getattr(runner, "free_memory_bytes", host_free_bytes)()  # a runner on a GPU: the device's
     return max(1, min(wanted, int(free_bytes * KV_MEMORY_FRACTION) // runner.kv_bytes_per_block()))
 
 

@@ -8,7 +8,6 @@ tokens, K/V in a block pool it owns (decode_api.ModelRunner).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import numpy as np
 from ..errors import BadInput
 from ..plan.format import read_plan
 from ..target import check_target
-from .decode_api import KV_DTYPE, ModelSpec, SeqChunk, kv_bytes_per_block
+from .decode_api import KV_DTYPE, ModelSpec, SeqChunk, host_free_bytes, kv_bytes_per_block
 from .executor import Executor
 from .invariant_gemm import CHAIN_ROWS
 from .session import _weights
@@ -54,9 +53,7 @@ class PagedModelRunner:
     def free_memory_bytes(self) -> int:
         """Memory the KV pool may take (engine.pool_size): the device's free memory for pools on a GPU."""
         cuda = getattr(self._device.xp, "cuda", None) if self._device is not None else None
-        if cuda is not None:
-            return int(cuda.runtime.memGetInfo()[0])
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return int(cuda.runtime.memGetInfo()[0]) if cuda is not None else host_free_bytes()
 
     def warm_up(self) -> None:
         """One small prefill (WARM_UP_ROWS tokens) + decode step on the first blocks, which it leaves zeroed. A process's
