@@ -16,7 +16,7 @@ from .atomic import atomic_path
 from .build_phases import phase
 from .build_precision import PrecisionSettings, reduce_precision
 from .engine_cache import EngineCache, default_cache_dir
-from .errors import BadInput, error_reason
+from .errors import BadInput, InfcError, error_reason
 from .graph import import_graph
 from .lower import Program, lower_graph, value_info
 from .memory_plan import plan_memory
@@ -207,11 +207,8 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     }
     sections = {"weights": blob, **tuning["sections"], **program.islands}
     with phase("verifying the plan against onnxruntime", spin and options.verify):
-        try:
-            verify = (_verify(model, program, profile, tuning.get("executor"), given, optimized_reference=is_whole)
-                      if options.verify else None)
-        except BadInput as exc:  # onnxruntime refuses the model (a dynamo istft: int32 ScatterND indices) though infc runs it
-            raise BadInput(f"{model_path}: --verify: {exc}; the plan builds without --verify") from None
+        verify = (_verify(model_path, model, program, profile, tuning.get("executor"), given, optimized_reference=is_whole)
+                  if options.verify else None)
     with phase(f"writing {output.name}", spin):
         write_plan(output, meta, sections)
     if options.use_cache and not cuda_fallback:  # a fallback plan is not what this cache key promises
@@ -290,7 +287,7 @@ def _explain_sample_failure(model_path: Path, model, program: Program, feeds: di
     raise exc
 
 
-def _verify(model, program: Program, profile: Profile, executor=None, given: dict | None = None,
+def _verify(model_path: Path, model, program: Program, profile: Profile, executor=None, given: dict | None = None,
             optimized_reference: bool = False) -> dict:
     """`executor`: the cuda plan's device executor (the plan is verified as it will run);
     `optimized_reference`: against onnxruntime with its graph optimizations on, as a plan that runs
@@ -298,7 +295,7 @@ def _verify(model, program: Program, profile: Profile, executor=None, given: dic
     arithmetic as written)."""
     feeds = _level_feeds(program, profile.shapes("opt"), _table_rows(program), given, seed=7)
     names = [o["name"] for o in program.outputs]
-    expected = ort_session(model, optimize=optimized_reference).run(names, feeds)
+    expected = _reference_outputs(model_path, model, names, feeds, optimized_reference)
     executor = executor or Executor(program.steps, program.weights, program.opset, program.islands, output_names=names)
     actual = executor.run(feeds)
     diffs = compare_outputs(names, expected, [actual[n] for n in names])
@@ -307,6 +304,17 @@ def _verify(model, program: Program, profile: Profile, executor=None, given: dic
             "outputs": [d.to_json() for d in diffs],
             "reference": f"onnxruntime, graph optimizations {'on' if optimized_reference else 'off'}",
             **({"note": note} if note else {})}
+
+
+def _reference_outputs(model_path: Path, model, names, feeds, optimize: bool):
+    """onnxruntime's outputs for --verify. Where onnxruntime refuses or fails the model (a dynamo
+    istft: int32 ScatterND indices) though infc runs it, the error says the plan builds without
+    --verify; failures of the plan itself are not relabelled so (they are the plan's)."""
+    try:
+        return ort_session(model, optimize=optimize).run(names, feeds)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's reason, in one line
+        reason = str(exc) if isinstance(exc, InfcError) else f"onnxruntime cannot run the model ({error_reason(exc)})"
+        raise BadInput(f"{model_path}: --verify: {reason}; the plan builds without --verify") from None
 
 
 def _check_output(output: Path) -> None:

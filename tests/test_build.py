@@ -355,3 +355,23 @@ def test_verify_of_a_model_onnxruntime_refuses_names_the_model_and_builds_withou
     x, updates = np.zeros((5, 4), np.float32), np.ones((2, 4), np.float32)
     y = PlanSession(tmp_path / "plan.bin").run({"x": x, "updates": updates})["y"]
     np.testing.assert_array_equal(y, np.array([[1] * 4, [0] * 4, [1] * 4, [0] * 4, [0] * 4], np.float32))
+
+
+def test_verify_names_an_onnxruntime_run_failure_as_the_reference_not_the_plan(tmp_path):
+    """onnxruntime loads the model but fails running it: --verify has no reference, which is bad input
+    saying so (it was an internal error, exit 1); the relabelling is only for onnxruntime's failures."""
+    from infc.compiler.build import _reference_outputs
+    from infc.compiler.errors import BadInput
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    ok = _reference_outputs(tmp_path / "m.onnx", model, ["y"], {"x": np.array([-1, 2], np.float32)}, False)
+    assert ok[0].tolist() == [0, 2]
+    with pytest.raises(BadInput) as failed:  # a feed onnxruntime refuses at run time
+        _reference_outputs(tmp_path / "m.onnx", model, ["y"], {"x": np.array([-1, 2], np.int64)}, False)
+    message = str(failed.value)
+    assert message.startswith(f"{tmp_path / 'm.onnx'}: --verify: onnxruntime cannot run the model (")
+    assert message.endswith("the plan builds without --verify") and "\n" not in message
