@@ -52,7 +52,12 @@ def _information(dims: list[Dim] | None) -> tuple[int, int, int]:
     (onnx names unknown dims afresh, unk__N, on every run: comparing names would never settle)."""
     if dims is None:
         return (0, 0, 0)
-    return (1, sum(isinstance(d, int) for d in dims), sum(d is not None for d in dims))
+    return (1, sum(isinstance(d, int) for d in dims), sum(is_named(d) for d in dims))
+
+
+def is_named(dim: Dim) -> bool:
+    """A size the model names (onnx calls the sizes it cannot name unk__N, fresh on every run)."""
+    return isinstance(dim, str) and bool(dim) and not dim.startswith("unk__")
 
 
 def _ints(array) -> list[Dim] | None:
@@ -155,6 +160,12 @@ def _solve(source: list[Dim] | None, rest: list[Dim]) -> int | None:
         if isinstance(dim, str) and dim in left:
             left.remove(dim)
             right.remove(dim)
-    if not all(isinstance(d, int) for d in left + right) or math.prod(right) <= 0:
+    if not all(isinstance(d, int) for d in right) or math.prod(right) <= 0:
         return None
-    return math.prod(left) // math.prod(right) if math.prod(left) % math.prod(right) == 0 else None
+    names = [d for d in left if not isinstance(d, int)]
+    sizes = math.prod(d for d in left if isinstance(d, int))
+    if len(names) == 1 and isinstance(names[0], str) and sizes == math.prod(right):  # x.view(-1, seq): batch
+        return names[0]
+    if names:
+        return None
+    return sizes // math.prod(right) if sizes % math.prod(right) == 0 else None

@@ -5,7 +5,8 @@ popular simplifier trusts it and silently changes that model's output. So every 
 an intermediate value or graph output is dropped and inferred afresh (onnx's inference with data
 propagation); a declared dim of 0 on an input is read as unknown; any `dim_param` text is kept.
 Where onnx leaves a Reshape's output unknown (computed target shapes at opset <= 13), the shape
-from reshape_ranks.py is given to it and inference runs again, so the rest of the graph keeps ranks.
+from reshape_ranks.py is given to it and inference runs again, so the rest of the graph keeps ranks;
+so are the broadcasts of a prefix slice that bounded_broadcast.py proves (dynamo's position embeddings).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from google.protobuf.message import EncodeError
 from ...graph import all_graphs
 from ...model_io import EXTERNAL_DATA_THRESHOLD_BYTES, as_model_file, weights_as_inputs
 from ..stats import PassStats
+from .bounded_broadcast import broadcast_shapes
 from .reshape_ranks import reshape_shapes
 
 MAX_RESHAPE_ROUNDS = 16  # a Reshape shape found can make later Reshape targets known (one round per link)
@@ -55,7 +57,9 @@ def infer_shapes(graph: gs.Graph) -> dict[str, tuple]:
     inferred = _run_inference(model)
     given: dict[str, onnx.ValueInfoProto] = {}
     for _ in range(MAX_RESHAPE_ROUNDS):
-        filled = reshape_shapes(inferred, _known_dims(inferred), frozenset(given))
+        known = _known_dims(inferred)
+        filled = reshape_shapes(inferred, known, frozenset(given))
+        filled.update(broadcast_shapes(inferred, known))
         if not filled:
             break
         for name, dims in filled.items():
