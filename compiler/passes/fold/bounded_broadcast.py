@@ -18,9 +18,8 @@ inference again, as for reshape_ranks.py.
 from __future__ import annotations
 
 import onnx
-from onnx import numpy_helper
 
-from .reshape_ranks import Dim, _attr, _evaluate, _ints, is_named
+from .reshape_ranks import Dim, _attr, _evaluate, initial_values, is_named
 
 # ops whose output is the numpy broadcast of all their inputs
 BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where", "Max", "Min", "Equal", "Less", "Greater",
@@ -33,12 +32,7 @@ def broadcast_shapes(model: onnx.ModelProto, known: dict[str, list[Dim] | None])
     """Output name -> dims for broadcasts whose unknown dims this proves (see the module's note);
     `known` (name -> dims onnx inferred) gets them too."""
     graph = model.graph
-    values: dict[str, list[Dim]] = {}
-    for t in graph.initializer:
-        if t.data_type == onnx.TensorProto.INT64 and len(t.dims) <= 1:
-            ints = _ints(numpy_helper.to_array(t))
-            if ints is not None:
-                values[t.name] = ints
+    values = initial_values(model)
     shapes = {**{t.name: [int(d) for d in t.dims] for t in graph.initializer}, **known}
     producers, found = {}, {}
     for node in graph.node:

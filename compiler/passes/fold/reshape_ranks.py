@@ -19,7 +19,7 @@ import math
 import onnx
 from onnx import numpy_helper
 
-Dim = int | str | None  # a size, a symbolic name, or unknown
+from .dim_forms import Dim, is_named, symbolic_arithmetic
 
 
 def reshape_shapes(model: onnx.ModelProto, shapes: dict[str, list[Dim] | None],
@@ -28,9 +28,7 @@ def reshape_shapes(model: onnx.ModelProto, shapes: dict[str, list[Dim] | None],
     `shapes` (name -> dims of every value onnx's inference knows, None for an unknown rank): a rank
     onnx left unknown, or a size it left symbolic (x.view(batch, seq, -1, 64) at any opset: onnx
     cannot divide a symbolic batch, the names cancel here). `given`: what earlier rounds gave."""
-    values: dict[str, list[Dim]] = {t.name: _ints(numpy_helper.to_array(t)) for t in model.graph.initializer
-                                    if t.data_type == onnx.TensorProto.INT64 and len(t.dims) <= 1}
-    values = {k: v for k, v in values.items() if v is not None}
+    values = initial_values(model)
     found = {}
     for node in model.graph.node:
         if node.domain not in ("", "ai.onnx") or not node.output:
@@ -47,6 +45,13 @@ def reshape_shapes(model: onnx.ModelProto, shapes: dict[str, list[Dim] | None],
     return found
 
 
+def initial_values(model: onnx.ModelProto) -> dict[str, list[Dim]]:
+    """The int64 initializers of rank <= 1 as shape values (the walks' starting point)."""
+    values = {t.name: _ints(numpy_helper.to_array(t)) for t in model.graph.initializer
+              if t.data_type == onnx.TensorProto.INT64 and len(t.dims) <= 1}
+    return {k: v for k, v in values.items() if v is not None}
+
+
 def _information(dims: list[Dim] | None) -> tuple[int, int, int]:
     """Known rank, sizes, then named dims: an earlier round's shape is replaced only by a better one
     (onnx names unknown dims afresh, unk__N, on every run: comparing names would never settle)."""
@@ -55,9 +60,6 @@ def _information(dims: list[Dim] | None) -> tuple[int, int, int]:
     return (1, sum(isinstance(d, int) for d in dims), sum(is_named(d) for d in dims))
 
 
-def is_named(dim: Dim) -> bool:
-    """A size the model names (onnx calls the sizes it cannot name unk__N, fresh on every run)."""
-    return isinstance(dim, str) and bool(dim) and not dim.startswith("unk__")
 
 
 def _ints(array) -> list[Dim] | None:
@@ -90,6 +92,8 @@ def _evaluate(node: onnx.NodeProto, values: dict, shapes: dict) -> list[Dim] | N
             else None
     if op == "Unsqueeze" and inputs[0] is not None and len(inputs[0]) == 1:
         return inputs[0]
+    if op == "Reshape" and inputs[0] is not None and len(inputs[0]) == 1 and inputs[1] in ([-1], [1]):
+        return inputs[0]  # dynamo's way to make a scalar size one element
     if op == "Concat" and inputs and all(v is not None for v in inputs):
         return [d for v in inputs for d in v]
     if op == "Gather" and inputs[0] is not None and inputs[1] is not None and _attr(node, "axis", 0) == 0:
@@ -99,7 +103,7 @@ def _evaluate(node: onnx.NodeProto, values: dict, shapes: dict) -> list[Dim] | N
     if op == "Slice" and inputs[0] is not None:
         return _slice(node, inputs)
     if op in _ARITHMETIC and len(inputs) == 2 and inputs[0] is not None and inputs[1] is not None:
-        return _arithmetic(_ARITHMETIC[op], inputs[0], inputs[1])
+        return _arithmetic(op, inputs[0], inputs[1])
     return None
 
 
@@ -108,12 +112,14 @@ _ARITHMETIC = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lamb
                "Div": lambda a, b: a // b if b else None}
 
 
-def _arithmetic(fn, a: list[Dim], b: list[Dim]) -> list[Dim] | None:
+def _arithmetic(op: str, a: list[Dim], b: list[Dim]) -> list[Dim] | None:
+    fn = _ARITHMETIC[op]
     if len(a) != len(b) and 1 not in (len(a), len(b)):
         return None
     count = max(len(a), len(b))
     a, b = a * count if len(a) == 1 else a, b * count if len(b) == 1 else b
-    return [fn(x, y) if isinstance(x, int) and isinstance(y, int) else None for x, y in zip(a, b)]
+    return [fn(x, y) if isinstance(x, int) and isinstance(y, int) else symbolic_arithmetic(op, x, y)
+            for x, y in zip(a, b)]
 
 
 def _slice(node: onnx.NodeProto, inputs: list) -> list[Dim] | None:

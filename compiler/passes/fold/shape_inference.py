@@ -6,7 +6,8 @@ an intermediate value or graph output is dropped and inferred afresh (onnx's inf
 propagation); a declared dim of 0 on an input is read as unknown; any `dim_param` text is kept.
 Where onnx leaves a Reshape's output unknown (computed target shapes at opset <= 13), the shape
 from reshape_ranks.py is given to it and inference runs again, so the rest of the graph keeps ranks;
-so are the broadcasts of a prefix slice that bounded_broadcast.py proves (dynamo's position embeddings).
+so are the broadcasts of a prefix slice that bounded_broadcast.py proves (dynamo's position embeddings)
+and the lengths after convolutions and trims that symbolic_lengths.py names.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ...model_io import EXTERNAL_DATA_THRESHOLD_BYTES, as_model_file, weights_as
 from ..stats import PassStats
 from .bounded_broadcast import broadcast_shapes
 from .reshape_ranks import reshape_shapes
+from .symbolic_lengths import length_shapes
 
 MAX_RESHAPE_ROUNDS = 16  # a Reshape shape found can make later Reshape targets known (one round per link)
 
@@ -60,6 +62,7 @@ def infer_shapes(graph: gs.Graph) -> dict[str, tuple]:
         known = _known_dims(inferred)
         filled = reshape_shapes(inferred, known, frozenset(given))
         filled.update(broadcast_shapes(inferred, known))
+        filled.update(length_shapes(inferred, known))
         if not filled:
             break
         for name, dims in filled.items():

@@ -28,6 +28,10 @@ def reshapes_to_own_shape(reshape: gs.Node, dims: list, aliases: dict[int, list[
     each entry of the shape copies (0), equals the known dim, is a runtime dim of x, of a tensor in
     aliases[axis] (whose dim there equals x's) or of any tensor whose dim has the same name, or is
     the one -1 left when all others are proven."""
+    src, out = reshape.inputs[0].shape, reshape.outputs[0].shape
+    if src is not None and out is not None and len(src) == len(out) == len(dims) \
+            and all(same_dim(a, b) for a, b in zip(src, out)):
+        return True  # inference proved it (a length the shape walk names on both sides: symbolic_lengths.py)
     elems, allowzero = shape_elements(reshape.inputs[1]), reshape.attrs.get("allowzero", 0)
     if len(elems) != len(dims):
         return False
