@@ -142,15 +142,16 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     with phase("lowering to kernels", spin):
         graph = import_graph(precision.model)
         program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
-    # the whole model, raced in one onnxruntime session by the CPU tuner (tune_whole.py); at fp32 the
-    # optimized model as it is, where a QDQ model keeps the int8 weights onnxruntime's int8 kernels read
+    # the whole model, raced in one onnxruntime session by the CPU tuner (tune_whole.py): at fp32 the
+    # optimized model as it is, in reduced precision the converted one before its constants were
+    # folded; either way a QDQ model keeps the int8 weights onnxruntime's int8 kernels read
     is_reduced = options.precision != "fp32"
-    whole = (offer_whole_model(precision.model if is_reduced else optimized.model, is_reduced)
+    whole = (offer_whole_model(precision.vendor_model if is_reduced else optimized.model, is_reduced)
              if options.target != "cuda" and options.allow_fallback else None)
     # the program holds the weights now: the optimized model's copies go (the given model stays, the
     # reference of --verify and of the precision report)
     del graph, optimized
-    precision.model = None
+    precision.model = precision.vendor_model = None
     precision_meta = precision.finish(program, log)
     rows = _table_rows(program)
     shapes_by_level = {}
