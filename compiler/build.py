@@ -31,6 +31,7 @@ from .runtime.feeds_io import check_feeds, feeds_digest, gather_table_rows, rand
 from .runtime.kernels import has_kernel
 from .target import target_fingerprint
 from .tune_whole import offer as offer_whole_model
+from .tune_whole import original_outputs
 from .tune_whole import prove as prove_whole_model
 from .tune_whole import whole_model_offered
 from .verify import compare_outputs, ort_session
@@ -181,7 +182,11 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
             if refused:
                 log(f"the whole model is not raced in onnxruntime: {refused}")
                 whole = None
-        tuning = tune_program(program, shapes_by_level, profile, options, log, feeds=feeds, whole_model=whole)
+        fp32_reference = None  # a reduced-precision program's variants round otherwise: held to fp32 (tune_context.py)
+        if is_reduced:
+            fp32_reference = whole.reference if whole is not None and whole.reference is not None else original_outputs(model, feeds)
+        tuning = tune_program(program, shapes_by_level, profile, options, log, feeds=feeds, whole_model=whole,
+                              fp32_reference=fp32_reference)
         drop_packings_onnxruntime_replaces(program)
     del whole
     is_whole = bool(tuning.get("meta", {}).get("conv_tactics", {}).get("whole_model"))
