@@ -31,6 +31,7 @@ from .runtime.feeds_io import check_feeds, feeds_digest, gather_table_rows, rand
 from .runtime.kernels import has_kernel
 from .target import target_fingerprint
 from .tune_whole import offer as offer_whole_model
+from .tune_whole import original_outputs
 from .tune_whole import prove as prove_whole_model
 from .tune_whole import whole_model_offered
 from .verify import compare_outputs, ort_session
@@ -142,15 +143,16 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     with phase("lowering to kernels", spin):
         graph = import_graph(precision.model)
         program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
-    # the whole model, raced in one onnxruntime session by the CPU tuner (tune_whole.py); at fp32 the
-    # optimized model as it is, where a QDQ model keeps the int8 weights onnxruntime's int8 kernels read
+    # the whole model, raced in one onnxruntime session by the CPU tuner (tune_whole.py): at fp32 the
+    # optimized model as it is, in reduced precision the converted one before its constants were
+    # folded; either way a QDQ model keeps the int8 weights onnxruntime's int8 kernels read
     is_reduced = options.precision != "fp32"
-    whole = (offer_whole_model(precision.model if is_reduced else optimized.model, is_reduced)
+    whole = (offer_whole_model(precision.vendor_model if is_reduced else optimized.model, is_reduced)
              if options.target != "cuda" and options.allow_fallback else None)
     # the program holds the weights now: the optimized model's copies go (the given model stays, the
     # reference of --verify and of the precision report)
     del graph, optimized
-    precision.model = None
+    precision.model = precision.vendor_model = None
     precision_meta = precision.finish(program, log)
     rows = _table_rows(program)
     shapes_by_level = {}
@@ -180,7 +182,11 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
             if refused:
                 log(f"the whole model is not raced in onnxruntime: {refused}")
                 whole = None
-        tuning = tune_program(program, shapes_by_level, profile, options, log, feeds=feeds, whole_model=whole)
+        fp32_reference = None  # a reduced-precision program's variants round otherwise: held to fp32 (tune_context.py)
+        if is_reduced:
+            fp32_reference = whole.reference if whole is not None and whole.reference is not None else original_outputs(model, feeds)
+        tuning = tune_program(program, shapes_by_level, profile, options, log, feeds=feeds, whole_model=whole,
+                              fp32_reference=fp32_reference)
         drop_packings_onnxruntime_replaces(program)
     del whole
     is_whole = bool(tuning.get("meta", {}).get("conv_tactics", {}).get("whole_model"))

@@ -72,6 +72,12 @@ class PrecisionStep:
     original: onnx.ModelProto | None = None  # the fp32 model as given: the accuracy reference
     feeds_list: list = field(default_factory=list)
     report: dict = field(default_factory=dict)
+    # what onnxruntime runs as the whole-model variant (tune_whole.py): the converted model before its
+    # constant DequantizeLinears and Casts were folded. A QDQ model whose weights were dequantized to
+    # fp32 constants runs in onnxruntime as fp32 Convs with fake-quantized activations, not as its
+    # int8 kernels (QLinearConv / QGemm need the DequantizeLinear on the weight): ResNet-50's int8
+    # plan took 200 ms where onnxruntime ran the unfolded model in 108.
+    vendor_model: onnx.ModelProto | None = None
 
     def finish(self, program, log=lambda msg: None) -> dict | None:
         """The plan metadata's `precision` entry (None for fp32): what was converted, pinned, and the
@@ -116,12 +122,13 @@ def reduce_precision(original: onnx.ModelProto, optimized: onnx.ModelProto, prof
     model, report = apply_precision(optimized, precision, tolerance=tolerance if precision != "int8" else None,
                                     calib=settings.calib, method=settings.calib_method, kernels="infc-cpu",
                                     feeds_list=feeds_list, int8_weights=settings.int8_weights)
+    converted = model
     model, folded = fold_constant_casts(model)
     summary = {"precision": precision, "compute": COMPUTE[precision], "folded_constants": folded,
                **_summarize(report)}
     for note in _notes(summary):  # e.g. a float16 model that --precision int8 / bf16 left as it was
         log(f"warning: precision {precision}: {note}")
-    return PrecisionStep(precision, model, original, feeds_list, summary)
+    return PrecisionStep(precision, model, original, feeds_list, summary, vendor_model=converted)
 
 
 def _notes(summary: dict) -> list[str]:

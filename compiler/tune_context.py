@@ -31,7 +31,7 @@ from .runtime.vendor_op import TACTIC
 from .step_order import clustered_order
 from .tune_bridge import bridge_candidates, input_dtypes, input_lengths, input_ranks, with_bridges
 from .tune_vendor import INTEGER_STEPS, TACTIC_FIELDS
-from .tune_whole import WHOLE, WHOLE_KEEP, WHOLE_SECTION, WholeModel, accuracy_refusal, keep_whole, whole_step
+from .tune_whole import WHOLE, WHOLE_KEEP, WHOLE_SECTION, WholeModel, accuracy_refusal, closeness_refusal, keep_whole, whole_step
 from .tune_whole import wins as whole_wins
 
 CONFIRM_BUDGET_S = 1.0  # per program variant, for the in-context check
@@ -45,7 +45,7 @@ TIERS = (0.5, 0.75, 1.0, 1.5, math.inf)
 
 def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict | None = None,
                        budget_s: float = CONFIRM_BUDGET_S, clock=time.perf_counter, cache=None, target: str = "",
-                       whole_model: WholeModel | None = None) -> dict:
+                       whole_model: WholeModel | None = None, fp32_reference: dict | None = None) -> dict:
     """Times the program without its tactic marks and with nested subsets of them (the marks whose
     onnxruntime time was at most each TIERS fraction of infc's), each also with the bridges that
     join its runs (tune_bridge.py; `shapes_by_level` says which steps may), interleaved; keeps the
@@ -53,7 +53,9 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
     With a timing `cache`, the choice for this very program, feed shapes, `target` and infc source
     is replayed from it (the outputs still checked), so rebuilds keep the same variant. `whole_model`:
     the lowered model, raced as one more variant (tune_whole.py: kept only by a margin, checked against
-    its own reference where it has one).
+    its own reference where it has one). `fp32_reference`: in a reduced-precision build, the fp32
+    model's outputs on `feeds` in onnxruntime; a variant that rounds otherwise than the program (see
+    AGREE_RTOL_QUANTIZED) is then kept when it is about as close to them as the program is.
     Returns what was measured (for the build report)."""
     from .runtime.executor import Executor  # noqa: PLC0415
 
@@ -115,6 +117,8 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
             else:
                 expected = whole_model.reference if is_whole else reference
                 reason = None if _agrees(outputs, expected, names, rtol) else f"outputs differ by more than {rtol:g} of the largest"
+                if reason and not is_whole and fp32_reference is not None:
+                    reason = _as_close_to_fp32(fp32_reference, outputs, reference, names, reason)
         except Exception as exc:  # noqa: BLE001 - a session that fails at run time is not a variant either
             reason = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
         if reason:
@@ -148,6 +152,17 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
         cache.save()
     return _keep(program, marked, subsets, best, (dtypes, ranks, lengths), wrong, medians, len(times["none"]), cached=False,
                  rtol=(rtol, noise), whole_model=whole_model)
+
+
+def _as_close_to_fp32(fp32_reference: dict, outputs: dict, reference: dict, names: list[str], reason: str) -> str | None:
+    """A reduced-precision program's variant that disagrees with it: kept (None) when it is about as
+    close to the fp32 model's outputs as the program (tune_whole.closeness_refusal), else why not.
+    Quantized activations flip a step where two correct float kernels differ by an ulp, and a deep
+    network carries the flips to its outputs: ResNet-50's int8 program with onnxruntime's fp32
+    convolutions was more than 1e-2 off infc's, each 0.2 off fp32, and every tactic was refused
+    (the program on infc's convolutions 2.6x slower than the fp32 plan)."""
+    refusal = closeness_refusal(fp32_reference, outputs, reference, names)
+    return None if refusal is None else f"{reason}, and {refusal}"
 
 
 def _kernel_noise(program: Program, feeds: dict, reference: dict, names: list[str]) -> float:

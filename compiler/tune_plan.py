@@ -50,10 +50,11 @@ def _buckets_between(low: int, high: int, m_buckets) -> list[int]:
 
 
 def tune_program(program: Program, shapes_by_level: dict, profile, options, log, feeds: dict | None = None,
-                 whole_model: WholeModel | None = None) -> dict:
+                 whole_model: WholeModel | None = None, fp32_reference: dict | None = None) -> dict:
     """`feeds`: inputs at the profile's opt shapes for the in-context check of convolution tactics
     (seeded random ones when not given); `whole_model`: the lowered model, raced whole in onnxruntime
-    there too (tune_whole.py)."""
+    there too (tune_whole.py); `fp32_reference`: a reduced-precision build's fp32 outputs on `feeds`
+    (tune_context.py)."""
     target = fingerprint_id(cpu_fingerprint())
     cache = TimingCache(options.cache_dir / "timing_cache.json") if options.use_cache else None
     # a GEMM reading a graph input (a model that starts with a MatMul) has its rows in the profile
@@ -94,12 +95,11 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
             feeds = random_inputs(program.inputs, profile.shapes("opt"), rows, seed=1)
         with phase("timing onnxruntime tactics on the whole program", options.show_progress):
             context = confirm_in_context(program, feeds, shapes_by_level=shapes_by_level, cache=cache, target=target,
-                                         whole_model=whole_model)
+                                         whole_model=whole_model, fp32_reference=fp32_reference)
         timed = ", ".join(f"{label} {ms:.3g} ms" for label, ms in context["program_ms"].items())
         if context.get("whole_model"):
             log(f"the whole model runs in one onnxruntime session: {WHOLE_MARGIN:.0%} or more faster than every program "
-                f"on infc's kernels at the opt shapes ({timed}); its outputs checked against "
-                + ("onnxruntime's of the model as given" if whole_model.reference is not None else "infc's"))
+                f"on infc's kernels at the opt shapes ({timed}); its outputs checked against " + _whole_reference(whole_model))
         elif not context["num_marked"]:
             log(f"infc's kernels kept over the whole model in onnxruntime ({timed})"
                 + "".join(f"; not a candidate: {reason}" for reason in context["rejected_wrong"]))
@@ -183,3 +183,12 @@ def _table_row(result) -> dict:
             "candidates": [{"config": str(c.config), "pct_of_vendor": c_json["percent_of_vendor"], "status": c.status,
                             "median_us": None if c_json["median_s"] is None else round(c_json["median_s"] * 1e6, 2)}
                            for c, c_json in zip(result.candidates, data["candidates"])]}
+
+
+def _whole_reference(whole_model) -> str:
+    """What the kept whole model was checked against (tune_whole.py), in the build log's words."""
+    if whole_model.reference is None:
+        return "infc's program"
+    if whole_model.is_reduced:  # its own rounding (int8 kernels summing in integers): held to fp32, not to infc
+        return "the fp32 model's in onnxruntime, as close as infc's program"
+    return "onnxruntime's of the model as given"

@@ -63,10 +63,17 @@ def offer(model: onnx.ModelProto | None, is_reduced: bool = False) -> WholeModel
 def accuracy_refusal(whole: WholeModel, outputs: dict, program_outputs: dict, names: list[str]) -> str | None:
     """Reduced precision: why the whole model's outputs are not about as close to fp32 as infc's
     program's; None when they are."""
+    return closeness_refusal(whole.reference, outputs, program_outputs, names)
+
+
+def closeness_refusal(fp32_outputs: dict, outputs: dict, program_outputs: dict, names: list[str]) -> str | None:
+    """Why `outputs` are not about as close to `fp32_outputs` as infc's program's (ACCURACY_FACTOR,
+    ACCURACY_SLACK); None when they are. Also the check of tactic variants of a reduced-precision
+    program (tune_context.py), which round otherwise than the program does."""
     def error(got: dict) -> float:
         worst = 0.0
         for name in names:
-            want = np.asarray(whole.reference[name], np.float64)
+            want = np.asarray(fp32_outputs[name], np.float64)
             if want.dtype.kind != "f" or want.size == 0:
                 continue
             scale = max(float(np.abs(want).max()), np.finfo(np.float32).tiny)

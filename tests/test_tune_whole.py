@@ -142,3 +142,34 @@ def test_a_reduced_precision_whole_model_is_held_to_fp32_as_closely_as_the_progr
         "0.04 of the largest output from fp32, where infc's program is 0.01")
     exact = {"y": np.array([1.0, -2.0, 4.0])}  # a program on fp32's outputs still leaves the slack
     assert tune_whole.accuracy_refusal(whole, {"y": np.array([1.0, -2.0, 4.002])}, exact, ["y"]) is None
+
+
+def test_an_int8_plan_offers_onnxruntime_its_qdq_model_with_int8_weights(tmp_path, monkeypatch):
+    """The whole-model variant of an int8 build is the QDQ model before its weights were folded to
+    fp32 constants: onnxruntime fuses DequantizeLinear(int8 W) -> Conv into its int8 QLinearConv only
+    with the weight's DequantizeLinear there (folded, ResNet-50's int8 plan ran fp32 convolutions
+    between fake-quantized activations: 200 ms where the QDQ model takes 108)."""
+    from infc.compiler.build_precision import PrecisionSettings
+    from infc.compiler.plan.format import read_plan
+
+    monkeypatch.setattr(tune_context, "whole_wins", lambda medians: tune_whole.WHOLE in medians)
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "calib.npz", pixel_values=rng.standard_normal((8, 4, 3, 32, 32)).astype(np.float32))
+    out = tmp_path / "cnn_int8.plan"
+    report = build(str(FIXTURES / "cnn_ts.onnx"), str(PROFILES / "cnn.yaml"), str(out),
+                   BuildOptions(use_cache=False, show_progress=False, cache_dir=tmp_path, precision="int8",
+                                precision_settings=PrecisionSettings(calib=str(tmp_path / "calib.npz"))))
+    assert report["conv_tactics"]["whole_model"]
+    island = onnx.load_from_string(bytes(read_plan(out).sections[tune_whole.WHOLE_SECTION]))
+    int8_weights = {t.name for t in island.graph.initializer if t.data_type == TensorProto.INT8}
+    weight_dqs = [n for n in island.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in int8_weights]
+    assert len(weight_dqs) >= 2  # every Conv's and Gemm's weight, as onnxruntime's QDQ fusions need
+    optimized = tmp_path / "island_ort.onnx"
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(optimized)
+    session = ort.InferenceSession(island.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    assert "QLinearConv" in {n.op_type for n in onnx.load(str(optimized)).graph.node}  # its int8 kernels run
+    feeds = {"pixel_values": rng.standard_normal((4, 3, 32, 32)).astype(np.float32)}
+    np.testing.assert_allclose(PlanSession(out).run(feeds)["logits"], session.run(None, feeds)[0], rtol=1e-5, atol=1e-5)

@@ -12,6 +12,8 @@ import onnx
 
 from ..errors import BadInput
 from .calibrate import DEFAULT_PERCENTILE, collect_ranges
+from .clamp_fold import clamps_after, fold_clamps
+from .silu import silu_names, split_quick_gelu
 from .model_parts import drop_unused, float_constants, named_nodes
 from .opset_upgrade import ensure_opset
 from .qdq import (
@@ -38,6 +40,8 @@ class Int8Report:
     skipped: dict = field(default_factory=dict)  # reason -> nodes
     num_activations: int = 0  # values with a Q/DQ pair
     num_unfused: int = 0  # FusedConv/FusedGemm split back to Conv/Gemm + activation
+    num_clamps_folded: int = 0  # Relu / Clip(0, hi) done by their op's output quantization (clamp_fold.py)
+    num_silu_split: int = 0  # QuickGelu (alpha 1) written as Sigmoid and Mul, quantized (silu.py)
     notes: list = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -54,14 +58,22 @@ def quantize_int8(model: onnx.ModelProto, calib_feeds_iter: Iterable[dict[str, n
         raise BadInput(f"activation type '{activation_type}': expected one of {', '.join(ACTIVATION_TYPES)}")
     model, note = ensure_opset(model, PER_CHANNEL_MIN_OPSET, "per-channel DequantizeLinear")
     model, num_unfused = unfuse_activations(model)
+    model, num_silu = split_quick_gelu(model)
     model = named_nodes(model)
     constants = float_constants(model)
     targets, skipped = select_targets(model, constants)
+    clamps = clamps_after(model, targets, constants)  # a Relu / ReLU6 after a target: its range may do the clamp
     names = activation_names(model, targets)
-    ranges, num_samples = collect_ranges(model, names, calib_feeds_iter, method, percentile)
-    params = {name: activation_params(*ranges[name], activation_type) for name in names}
+    names += silu_names(model, names)  # onnxruntime's QLinearSigmoid / QLinearMul between the convolutions
+    clamp_outputs = [node.output[0] for _, node, _ in clamps.values() if node.output[0] not in names]
+    ranges, num_samples = collect_ranges(model, names + clamp_outputs, calib_feeds_iter, method, percentile)
+    params = {name: activation_params(*ranges[name], activation_type) for name in names + clamp_outputs}
+    folded = fold_clamps(clamps, params)
+    for name, (_, node, _) in clamps.items():  # a clamp left in place keeps its output as it was: unquantized
+        if id(node) not in folded and node.output[0] in clamp_outputs:
+            params.pop(node.output[0])
     limit = weight_limit(reduce_range)
-    model = write_qdq(model, targets, constants, params, limit)
+    model = write_qdq(model, targets, constants, params, limit, removed=folded)
     drop_unused(model.graph)
     notes = [note] if note else []
     if limit != FULL and targets:
@@ -71,7 +83,7 @@ def quantize_int8(model: onnx.ModelProto, calib_feeds_iter: Iterable[dict[str, n
         notes.append(_nothing_quantized(model))
     weight_type = "int8 symmetric per-channel" + ("" if limit == FULL else f" in [-{limit}, {limit}]")
     report = Int8Report(method, activation_type, weight_type, num_samples,
-                        dict(Counter(t.node.op_type for t in targets)), dict(skipped), len(names), num_unfused, notes)
+                        dict(Counter(t.node.op_type for t in targets)), dict(skipped), len(params), num_unfused, len(folded), num_silu, notes)
     return model, report
 
 

@@ -92,7 +92,8 @@ def activation_names(model: onnx.ModelProto, targets: list[Target]) -> list[str]
 
 
 def write_qdq(model: onnx.ModelProto, targets: list[Target], constants: dict, act_params: dict,
-              weight_limit: int = 127) -> onnx.ModelProto:
+              weight_limit: int = 127, removed: frozenset | set = frozenset()) -> onnx.ModelProto:
+    """`removed`: ids of nodes that leave the graph (clamps their op's output quantization does, clamp_fold.py)."""
     graph, new_nodes, inits = model.graph, [], []
     by_node = {id(t.node): t for t in targets}
     dq_of = {name: f"{name}/dq" for name in act_params}
@@ -112,6 +113,8 @@ def write_qdq(model: onnx.ModelProto, targets: list[Target], constants: dict, ac
             new_nodes += qdq(value.name)
     weights_done: dict[tuple, tuple[str, np.ndarray]] = {}
     for node in graph.node:
+        if id(node) in removed:
+            continue
         target = by_node.get(id(node))
         if target is not None:
             key = (node.input[1], target.axis)

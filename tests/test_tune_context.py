@@ -1,0 +1,47 @@
+"""The in-context check of a reduced-precision program's tactic variants (compiler/tune_context.py)."""
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from infc.compiler import tune_context
+from infc.compiler.runtime import kernels
+from infc.compiler.runtime.vendor_op import TACTIC
+from infc.compiler.testing import lowered_and_observed
+from infc.compiler.verify import ort_session
+
+
+def _conv_program():
+    rng = np.random.default_rng(0)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    model = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w]),
+                              opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    feeds = {"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
+    program, _ = lowered_and_observed(model, {"opt": feeds})
+    (step,) = program.steps
+    step["tactic"] = TACTIC  # untimed: the "all" subset runs it in onnxruntime
+    return program, feeds, ort_session(model).run(None, feeds)[0]
+
+
+def test_a_variant_that_rounds_otherwise_is_kept_when_as_close_to_fp32(monkeypatch):
+    """A quantized program's onnxruntime variant flips activations by a step where infc's kernels do
+    not, and a deep network carries that past 1e-2 (ResNet-50 int8: every tactic refused, each
+    variant as far from fp32 as infc's program). Here infc's kernel is made 10% off, standing for
+    the program's own rounding: the variant disagrees with it, and is judged by fp32."""
+    program, feeds, y = _conv_program()
+    key = (program.steps[0].get("domain") or "", program.steps[0]["op"])
+    conv = kernels.KERNELS[key]
+    monkeypatch.setitem(kernels.KERNELS, key, lambda inputs, attrs, ctx: tuple(v * 1.1 for v in conv(inputs, attrs, ctx)))
+    true_fp32 = {"y": y}
+
+    def refused(**kwargs):  # on a fresh program: a call leaves only the marks it keeps
+        summary = tune_context.confirm_in_context(_conv_program()[0], feeds, budget_s=0.0, **kwargs)
+        return [r for r in summary["rejected_wrong"] if not r.startswith("none")]
+
+    (reason,) = refused()
+    assert "outputs differ by more than" in reason  # agreement alone: refused
+    assert refused(fp32_reference=true_fp32) == []  # closer to fp32 than the program: a candidate
+    # farther from fp32 than the program (here: the program is the fp32 answer): refused, and why
+    (reason,) = refused(fp32_reference={"y": true_fp32["y"] * 1.1})
+    assert reason.endswith("of the largest output from fp32, where infc's program is 0")  # its fp32 answer here
