@@ -94,6 +94,7 @@ BILINEAR_CASES = [
     ((1, 12, 12, 8), [1, 2, 2, 1]),    # NHWC: onnxruntime's NhwcUpsampleBilinear
     ((2, 3, 7, 5), [1, 1, 0.6, 2]),
     ((6, 9), [2, 0.5]),
+    ((1, 2, 4, 4), [1, 1, 1, 1]),      # nothing resized: the input as it is
 ]
 
 

@@ -80,6 +80,8 @@ def layout(attrs, rank: int, scale_of: dict) -> tuple[int, int] | None:
     if attrs.get("coordinate_transformation_mode", "half_pixel") not in MODES:
         return None
     scales = [scale_of.get(a, 1.0) for a in range(rank)]
+    if all(s == 1 for s in scales):  # nothing to resize: resize.py passes the input through, as onnxruntime
+        return None
     if rank == 2:
         return 0, 1
     if rank == 4 and scales[0] == 1 and scales[1] == 1:
