@@ -17,6 +17,7 @@ from .build_phases import phase
 from .build_precision import PrecisionSettings, reduce_precision
 from .engine_cache import EngineCache, default_cache_dir
 from .errors import BadInput, InfcError, error_reason
+from .fixed_reshape import fixed_reshape_hint
 from .graph import import_graph
 from .lower import Program, lower_graph, value_info
 from .memory_plan import plan_memory
@@ -284,12 +285,14 @@ def _explain_sample_failure(model_path: Path, model, program: Program, feeds: di
         session.run(None, feeds)
     except Exception as ort_exc:  # noqa: BLE001 - its message is the explanation
         # given inputs stand in only at their own shapes: at other levels say so, not "give --inputs"
-        hint = ("give representative inputs with --inputs FEEDS.npz" if given is None else
+        reason = error_reason(ort_exc)
+        hint = fixed_reshape_hint(model, str(ort_exc)) or (
+                "give representative inputs with --inputs FEEDS.npz" if given is None else
                 "--inputs stand in only at the profile level whose shapes they have ("
                 + ", ".join(f"{n} {list(a.shape)}" for n, a in given.items())
                 + "): give a profile whose min, opt and max are their shapes, or leave --profile out")
         raise BadInput(f"{model_path}: the model does not run on random inputs at the profile's {level} shapes "
-                       f"(onnxruntime fails too: {error_reason(ort_exc)}); {hint}") from None
+                       f"(onnxruntime fails too: {reason}); {hint}") from None
     raise exc
 
 

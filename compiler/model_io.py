@@ -133,6 +133,9 @@ def _check_model(model: onnx.ModelProto, path: Path) -> None:
             return
         except (onnx.checker.ValidationError, ValueError) as exc:
             if not (_set_aside_ort_only_op(light, str(exc)) or _declare_io_types(light, str(exc))):
+                plainly = _unknown_ops(model, str(exc))
+                if plainly:
+                    raise BadInput(f"{path}: {plainly}") from None
                 raise BadInput(f"{path}: the ONNX checker rejects the model: {_first_line(exc)}") from None
     raise BadInput(f"{path}: the ONNX checker rejects the model: more than {MAX_ORT_ONLY_OPS} ops it does not know")
 
@@ -143,6 +146,16 @@ def _check_model(model: onnx.ModelProto, path: Path) -> None:
 UNKNOWN_OP = re.compile(r"No Op registered for (\w+) with domain_version of (\d+)")
 MAX_ORT_ONLY_OPS = 8
 SET_ASIDE_DOMAIN = "infc.onnxruntime_only"
+
+
+def _unknown_ops(model: onnx.ModelProto, message: str) -> str | None:
+    """The checker's first unknown op, said plainly with every other one (unknown_ops.py)."""
+    if UNKNOWN_OP.search(message) is None:
+        return None
+    from .quantize.graph_types import signature  # noqa: PLC0415 - onnxruntime's registry, only when needed
+    from .unknown_ops import unknown_ops_message  # noqa: PLC0415 - only on this refusal
+
+    return unknown_ops_message(model, lambda op, opset: signature(op, "", opset) is not None)
 
 
 def _set_aside_ort_only_op(light: onnx.ModelProto, message: str) -> bool:

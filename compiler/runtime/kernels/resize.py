@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import bilinear
 from .common import arg, ints, norm_axis, to_compute
 from .jit_resize import resize2d
 
@@ -197,6 +198,14 @@ def resize_array(x, scales, sizes, attrs, roi=None, plans: dict | None = None):
         full_sizes = [int(x.shape[a] * scale_of[a]) if a in scale_of else x.shape[a] for a in range(rank)]
     full_roi = {a: (roi[i], roi[i + len(axes)]) for i, a in enumerate(axes)} if roi is not None and len(roi) else {}
     work = to_compute(x) if x.dtype.kind == "f" else x.astype(np.float32)
+    hw = bilinear.layout(attrs, rank, scale_of)
+    if hw is not None and x.dtype.kind in "iu" and hw != (2, 3):
+        hw = None  # onnxruntime's 8-bit NHWC bilinear is fixed-point: the float taps below are as near
+    if hw is not None:
+        work = bilinear.resize_bilinear(work, hw, (full_sizes[hw[0]], full_sizes[hw[1]]),
+                                        (scale_of.get(hw[0], 1.0), scale_of.get(hw[1], 1.0)),
+                                        attrs.get("coordinate_transformation_mode", "half_pixel"), plans)
+        axes = []
     repeats = _repeats(attrs, axes, scale_of, full_sizes, work.shape, full_roi)
     if repeats and rank - 1 in repeats:  # the last axis: np.repeat (a broadcast copy would move 4-byte runs)
         work = np.repeat(work, repeats.pop(rank - 1), axis=rank - 1)
