@@ -34,6 +34,7 @@ from ..runtime.kernels import has_kernel
 from ..runtime.model_runner import PagedModelRunner
 from ..target import target_fingerprint
 from .batch_invariant import use_batch_invariant_gemms
+from .cache_branch import take_cache_branches
 from .canonicalize import canonicalize
 from .device_plan import device_plan
 from .float32_export import as_float32, half_kind
@@ -120,6 +121,8 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     """Optimize, find the attention sites, prove what paging drops, page, lower, smoke-run."""
     model = handed.pop()
     original_inputs = [value_info(t) for t in import_graph(model).inputs]
+    model, fixed = take_cache_branches(model)  # merged decoders: the with-past branch of If(use_cache_branch)
+    conditions = {f.condition for f in fixed}
     codes: dict = {}  # MatMulNBits weights' codes, kept in the plan instead of their float32 form
     if is_genai_export(model):  # GroupQueryAttention / MatMulNBits: into the form sites.py pages
         model = unpack_genai(model, codes)
@@ -130,9 +133,11 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     past = {t.name for s in sites for t in s.past}
     # one decode profile serves exports with and without position_ids (ALiBi, genai) or a KV cache:
     # what the runner feeds per step may be listed for a model that does not take it
-    check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past,
+    check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past or name in conditions,
                                 unused=lambda name: name in RUNNER_FED or name.startswith("past_key_values"))
     decoder = _spec(sites, profile, optimized.model, [t for t in graph.outputs if not _is_present(t, sites)])
+    if fixed:
+        decoder["fixed_branches"] = [f.to_json() for f in fixed]
     fold_position_reductions(graph, decoder["max_model_len"])
     read_tables_whole(graph)
     steps = probes(decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
