@@ -37,6 +37,7 @@ from .batch_invariant import use_batch_invariant_gemms
 from .cache_branch import take_cache_branches
 from .canonicalize import canonicalize
 from .device_plan import device_plan
+from .dynamic_quant import fold_dynamic_quantization, has_dynamic_quantization
 from .float32_export import as_float32, half_kind
 from .genai_export import is_genai_export
 from .genai_export import unpack as unpack_genai
@@ -123,9 +124,11 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     original_inputs = [value_info(t) for t in import_graph(model).inputs]
     model, fixed = take_cache_branches(model)  # merged decoders: the with-past branch of If(use_cache_branch)
     conditions = {f.condition for f in fixed}
-    codes: dict = {}  # MatMulNBits weights' codes, kept in the plan instead of their float32 form
+    codes: dict = {}  # MatMulNBits' and dynamically quantized weights' codes, kept in the plan instead of their float32 form
     if is_genai_export(model):  # GroupQueryAttention / MatMulNBits: into the form sites.py pages
         model = unpack_genai(model, codes)
+    if has_dynamic_quantization(model):  # quantize_dynamic: float32 GEMMs on the dequantized weights
+        model = fold_dynamic_quantization(model, codes)
     optimized = optimize_model(model, DECODER_PIPELINE)
     del model  # the last reference to the loaded model's weights
     graph = import_graph(optimized.model)
@@ -247,7 +250,8 @@ def _smoke_run(program, decoder: dict) -> None:
     if not diff <= CHUNK_RTOL * max(1.0, float(np.abs(whole).max())):
         raise BadInput(f"not a recognized decoder: a token decoded after its cached prompt gets logits {diff:.3g} away "
                        "from the same token prefilled with the prompt: the graph derives token positions from the "
-                       "step's tokens; export it with a position_ids input")
+                       "step's tokens (export it with a position_ids input), or computes with all the step's tokens "
+                       "together (a statistic over every row, as a quantization scale)")
 
 
 def _brief(decoder: dict) -> dict:
