@@ -35,8 +35,9 @@ from ..runtime.model_runner import PagedModelRunner
 from ..target import target_fingerprint
 from .batch_invariant import use_batch_invariant_gemms
 from .cache_branch import take_cache_branches
-from .canonicalize import canonicalize
+from .canonicalize import LOGITS_INDICES, canonicalize
 from .device_plan import device_plan
+from .fixed_inputs import logits_rows_input
 from .dynamic_quant import fold_dynamic_quantization, has_dynamic_quantization
 from .float32_export import as_float32, half_kind
 from .genai_export import is_genai_export
@@ -50,6 +51,8 @@ from .sites import NOT_RECOGNIZED, find_sites
 from .weight_codes import attach_codes, store_codes
 
 RUNNER_FED = ("position_ids", "attention_mask")  # fed per step by the runner; a graph may not take them
+# fed by the runner too, newer than the profiles users already have: a profile may leave them out
+RUNNER_FED_UNLISTED = ("cache_position", "token_type_ids")
 
 PLAN_KIND = "decoder"
 DECODER_PRECISIONS = ("fp32", "w8")
@@ -123,7 +126,8 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     model = handed.pop()
     original_inputs = [value_info(t) for t in import_graph(model).inputs]
     model, fixed = take_cache_branches(model)  # merged decoders: the with-past branch of If(use_cache_branch)
-    conditions = {f.condition for f in fixed}
+    model, constants = logits_rows_input(model, LOGITS_INDICES)  # logits_to_keep [k]: the rows needing logits
+    ignorable = {f.condition for f in fixed} | set(constants) | set(RUNNER_FED_UNLISTED)
     codes: dict = {}  # MatMulNBits' and dynamically quantized weights' codes, kept in the plan instead of their float32 form
     if is_genai_export(model):  # GroupQueryAttention / MatMulNBits: into the form sites.py pages
         model = unpack_genai(model, codes)
@@ -136,8 +140,8 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     past = {t.name for s in sites for t in s.past}
     # one decode profile serves exports with and without position_ids (ALiBi, genai) or a KV cache:
     # what the runner feeds per step may be listed for a model that does not take it
-    check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past or name in conditions,
-                                unused=lambda name: name in RUNNER_FED or name.startswith("past_key_values"))
+    check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past or name in ignorable,
+                                unused=lambda name: name in RUNNER_FED + RUNNER_FED_UNLISTED or name.startswith("past_key_values"))
     decoder = _spec(sites, profile, optimized.model, [t for t in graph.outputs if not _is_present(t, sites)])
     if fixed:
         decoder["fixed_branches"] = [f.to_json() for f in fixed]
