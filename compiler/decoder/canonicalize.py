@@ -126,7 +126,7 @@ def _drop_past_reads(graph: gs.Graph, past: set[int], site: Site) -> list[Length
 
 def _gather_logits(graph: gs.Graph, logits_name: str, names: NameGen) -> bool:
     """Insert Gather(hidden, logits_indices, axis=token axis) before an LM head GEMM on [1, T, D] rows
-    (the graph gathers them itself when it takes logits_indices already: fixed_inputs.py)."""
+    (the graph gathers them itself when it takes logits_indices already: logits_rows.py)."""
     if any(t.name == LOGITS_INDICES for t in graph.inputs):
         return True
     logits = next((t for t in graph.outputs if t.name == logits_name), None)

@@ -37,7 +37,7 @@ from .batch_invariant import use_batch_invariant_gemms
 from .cache_branch import take_cache_branches
 from .canonicalize import LOGITS_INDICES, canonicalize
 from .device_plan import device_plan
-from .fixed_inputs import logits_rows_input
+from .logits_rows import logits_rows_input
 from .dynamic_quant import fold_dynamic_quantization, has_dynamic_quantization
 from .float32_export import as_float32, half_kind
 from .genai_export import is_genai_export
@@ -126,8 +126,8 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     model = handed.pop()
     original_inputs = [value_info(t) for t in import_graph(model).inputs]
     model, fixed = take_cache_branches(model)  # merged decoders: the with-past branch of If(use_cache_branch)
-    model, constants = logits_rows_input(model, LOGITS_INDICES)  # logits_to_keep [k]: the rows needing logits
-    ignorable = {f.condition for f in fixed} | set(constants) | set(RUNNER_FED_UNLISTED)
+    model, row_inputs = logits_rows_input(model, LOGITS_INDICES)  # logits_to_keep [k]: the rows needing logits
+    ignorable = {f.condition for f in fixed} | set(row_inputs) | set(RUNNER_FED_UNLISTED)
     codes: dict = {}  # MatMulNBits' and dynamically quantized weights' codes, kept in the plan instead of their float32 form
     if is_genai_export(model):  # GroupQueryAttention / MatMulNBits: into the form sites.py pages
         model = unpack_genai(model, codes)

@@ -1,6 +1,6 @@
 """Inputs newer transformers exports take besides the usual three: cache_position (each token's
 position, [S]), token_type_ids (segment 0 while generating) and logits_to_keep (the rows whose
-logits the LM head computes: fed as infc.logits_indices, decoder/fixed_inputs.py). Each is made
+logits the LM head computes: fed as infc.logits_indices, decoder/logits_rows.py). Each is made
 in-test on the llama_dynamo fixture, as the export writes it, and the plan matches onnxruntime's
 greedy loop on that file; a profile written for the three usual inputs still builds them."""
 
