@@ -41,8 +41,23 @@ def load_model(path: str | os.PathLike) -> onnx.ModelProto:
         raise BadInput(f"{path}: cannot load external data: {_first_line(exc)}") from None
     _check_acyclic(model.graph, path)
     sort_topologically(model.graph)
+    _drop_repeated_metadata(model)
     _check_model(model, path)
     return _inline_local_functions(model, path)
+
+
+def _drop_repeated_metadata(model: onnx.ModelProto) -> None:
+    """Keeps the first entry of each metadata key. onnxruntime's quantize_dynamic and
+    matmul_nbits_quantizer copy a model's metadata_props onto its own copy of them, so every key
+    comes twice (transformers.js' model_quantized.onnx); onnx's checker rejects repeated keys."""
+    seen, kept = set(), []
+    for entry in model.metadata_props:
+        if entry.key not in seen:
+            seen.add(entry.key)
+            kept.append(entry)
+    if len(kept) < len(model.metadata_props):
+        del model.metadata_props[:]
+        model.metadata_props.extend(kept)
 
 
 def _inline_local_functions(model: onnx.ModelProto, path: Path) -> onnx.ModelProto:

@@ -65,7 +65,8 @@ def _decoder_summary(meta: dict) -> dict | None:
             "decode": dict((meta.get("profile") or {}).get("decode") or {}),  # the profile's decode: section
             "kv_cache": _kv_cache(decoder, (meta.get("profile") or {}).get("decode") or {}),
             "attention_kind": _attention_kind(decoder["num_heads"], decoder["num_kv_heads"]),
-            "architecture": _architecture(meta["program"])}
+            "architecture": _architecture(meta["program"]),
+            **({"fixed_branches": decoder["fixed_branches"]} if decoder.get("fixed_branches") else {})}
 
 
 def _kv_cache(decoder: dict, decode: dict) -> dict:
@@ -217,6 +218,9 @@ def print_plan_report(report: dict, console: Console) -> None:
             arch = decoder["architecture"]
             console.print(f"  recognized: decoder-only transformer; positions: {arch['positions']}; "
                           f"norm: {arch['norm'] or 'none'}; MLP: {arch['mlp']}")
+        for fixed in decoder.get("fixed_branches") or []:  # merged decoders (decoder/cache_branch.py)
+            console.print(f"  merged decoder: If '{fixed['if']}' on '{fixed['condition']}' fixed to its {fixed['branch']} "
+                          "(the with-past decoder; the KV pools hold the past)")
         if decoder.get("gemms_reading_codes"):
             console.print(f"  {decoder['gemms_reading_codes']} of them read 8-bit weight codes for decode rows "
                           "(the same sums as on the dequantized weights)")

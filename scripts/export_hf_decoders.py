@@ -13,6 +13,8 @@ download), with seeded random weights, exported by:
   dynamo23 the same at opset 23, where SDPA exports as the ONNX Attention op
   optimum  optimum.exporters.onnx.main_export(task="text-generation-with-past"); optimum-onnx pins
            transformers < 4.58, so run this one from an environment that has it
+  optimum_merged  Optimum's decoder_model_merged.onnx: no-past and with-past decoders in one If on
+           use_cache_branch (optimum.onnx.merge_decoders), as transformers.js repos ship them
   ts_nocache  the TorchScript exporter on the model without a KV cache (input_ids, attention_mask,
            position_ids -> logits of every position)
 
@@ -231,6 +233,25 @@ def export_optimum(model, path: Path) -> None:
             shutil.copy(Path(tmp) / "onnx" / "model.onnx_data", path.parent)
 
 
+def export_optimum_merged(model, path: Path) -> None:
+    """Optimum's decoder_model_merged.onnx (what transformers.js repos ship): the decoder without
+    past inputs (present outputs kept) and the one with them, merged by optimum.onnx.merge_decoders
+    into one If on the bool input use_cache_branch, weights shared."""
+    from optimum.exporters.onnx import export
+    from optimum.exporters.tasks import TasksManager
+    from optimum.onnx import merge_decoders
+
+    config_of = TasksManager.get_exporter_config_constructor("onnx", model, task="text-generation-with-past",
+                                                             library_name="transformers")
+    with tempfile.TemporaryDirectory() as tmp:
+        parts = []
+        for name, with_past in (("decoder_model", False), ("decoder_with_past_model", True)):
+            config = config_of(model.config, task="text-generation", use_past=True, use_past_in_inputs=with_past)
+            parts.append(Path(tmp) / f"{name}.onnx")
+            export(model, config, parts[-1], opset=config.DEFAULT_ONNX_OPSET, do_constant_folding=True)
+        merge_decoders(parts[0], parts[1], save_path=path)
+
+
 def check(model, path: Path) -> float:
     """onnxruntime on the export against transformers: a 7-token prompt, then one token with its past."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -248,7 +269,9 @@ def check(model, path: Path) -> float:
         feeds.update(input_ids=ids.numpy(), attention_mask=np.ones((1, 8), np.int64), position_ids=np.arange(8)[None])
         got = session.run(["logits"], {k: v for k, v in feeds.items() if k in names})[0]
         return float(np.abs(got.astype(np.float32) - want).max())
+    feeds["use_cache_branch"] = np.array([False])  # merged decoders: the no-past branch first
     out = dict(zip(outputs, session.run(None, {k: v for k, v in feeds.items() if k in names})))
+    feeds["use_cache_branch"] = np.array([True])
     feeds.update({n: out[p] for n, p in zip(past, present)})
     feeds.update(input_ids=ids[:, 7:].numpy(), attention_mask=np.ones((1, 8), np.int64), position_ids=np.array([[7]]))
     last = session.run(["logits"], {k: v for k, v in feeds.items() if k in names})[0]
@@ -258,7 +281,7 @@ def check(model, path: Path) -> float:
 
 EXPORTERS = {"ts": lambda m, p: export_torch(m, p, dynamo=False), "dynamo": lambda m, p: export_torch(m, p, dynamo=True),
              "dynamo23": lambda m, p: export_torch(m, p, dynamo=True, opset=23), "optimum": export_optimum,
-             "ts_nocache": export_no_cache}
+             "optimum_merged": export_optimum_merged, "ts_nocache": export_no_cache}
 
 
 def main():

@@ -229,3 +229,15 @@ def test_a_sorted_graph_keeps_its_order():
     model = _weighted_model()
     before = list(model.graph.node)
     assert not sort_topologically(model.graph) and list(model.graph.node) == before
+
+
+def test_metadata_keys_repeated_by_onnxruntimes_quantizers_load_once(tmp_path):
+    """quantize_dynamic (on a Llama export, onnxruntime 1.32) wrote ['onnx.infer', 'eos_token_ids',
+    'eos_token_ids']: the model's metadata copied onto its own copy. The first of each key stays."""
+    path = tmp_path / "model_quantized.onnx"
+    model = _weighted_model()
+    for key, value in (("onnx.infer", "onnxruntime.quant"), ("eos_token_ids", "[2]"), ("eos_token_ids", "[2]")):
+        model.metadata_props.add(key=key, value=value)
+    onnx.save(model, path)
+    loaded = model_io.load_model(path)
+    assert [(p.key, p.value) for p in loaded.metadata_props] == [("onnx.infer", "onnxruntime.quant"), ("eos_token_ids", "[2]")]

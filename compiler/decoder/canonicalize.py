@@ -21,9 +21,12 @@ from .sites import Site
 DOMAIN = "infc"
 SLOT_MAPPING, BLOCK_TABLES = "infc.slot_mapping", "infc.block_tables"
 QUERY_START_LOC, CONTEXT_LENS, LOGITS_INDICES = "infc.query_start_loc", "infc.context_lens", "infc.logits_indices"
-# What the runner feeds besides infc.*: token ids, each token's position, and an all-ones mask for
-# graphs that still read the mask's shape (its values no longer matter once attention is paged).
-TOKEN_INPUTS = ("input_ids", "position_ids", "attention_mask")
+# What the runner feeds besides infc.*: token ids, each token's position ([1, T], and [T] as the
+# cache_position newer transformers exports take), an all-ones mask for graphs that still read the
+# mask's shape (its values no longer matter once attention is paged), and token type 0 (the segment
+# generation runs in, as transformers.js and Optimum's ORTModelForCausalLM feed it).
+TOKEN_INPUTS = ("input_ids", "position_ids", "cache_position", "attention_mask", "token_type_ids")
+POSITION_INPUTS = ("position_ids", "cache_position")
 GEMM_OPS = {"MatMul", "Gemm", "FusedMatMul"}
 
 
@@ -59,12 +62,12 @@ def canonicalize(graph: gs.Graph, sites: list[Site], block_size: int, logits_nam
     inputs = [t.name for t in graph.inputs]
     unknown = [name for name in inputs if name not in TOKEN_INPUTS and not name.startswith("infc.")]
     # Positions derived from the mask or the past length would be wrong on a flat batch of sequences.
-    derives_positions = "position_ids" not in inputs and ("attention_mask" in inputs or reads_past_shape)
+    derives_positions = not set(POSITION_INPUTS) & set(inputs) and ("attention_mask" in inputs or reads_past_shape)
     if unknown or "input_ids" not in inputs or derives_positions:
         raise BadInput("not a recognized decoder: after paging attention the graph takes "
                        f"{', '.join(n for n in inputs if not n.startswith('infc.'))}"
                        f"{' and reads the past KV shape' if reads_past_shape else ''}; it needs input_ids, and "
-                       "position_ids wherever it reads the attention mask or the past length")
+                       "position_ids (or cache_position) wherever it reads the attention mask or the past length")
     return {"gathers_logits": gathers_logits, "inputs": inputs}
 
 
@@ -122,7 +125,10 @@ def _drop_past_reads(graph: gs.Graph, past: set[int], site: Site) -> list[Length
 
 
 def _gather_logits(graph: gs.Graph, logits_name: str, names: NameGen) -> bool:
-    """Insert Gather(hidden, logits_indices, axis=token axis) before an LM head GEMM on [1, T, D] rows."""
+    """Insert Gather(hidden, logits_indices, axis=token axis) before an LM head GEMM on [1, T, D] rows
+    (the graph gathers them itself when it takes logits_indices already: logits_rows.py)."""
+    if any(t.name == LOGITS_INDICES for t in graph.inputs):
+        return True
     logits = next((t for t in graph.outputs if t.name == logits_name), None)
     head = logits.inputs[0] if logits is not None and len(logits.inputs) == 1 else None
     hidden = head.inputs[0] if head is not None and head.op in GEMM_OPS else None

@@ -22,9 +22,15 @@ TYPE_ATTRIBUTES = ("to", "dtype")
 
 
 def half_kind(model: onnx.ModelProto) -> str | None:
-    """'float16' or 'bfloat16' when the model's outputs are of that type, else None."""
+    """'float16' or 'bfloat16' when the model's outputs are of that type, or when its float weights
+    are (a conversion that kept float32 inputs and outputs casts around a half graph:
+    onnxconverter-common's convert_float_to_float16(keep_io_types=True)); else None."""
     kinds = [HALF[o.type.tensor_type.elem_type] for o in model.graph.output if o.type.tensor_type.elem_type in HALF]
-    return kinds[0] if kinds else None
+    if kinds:
+        return kinds[0]
+    floats = [t.data_type for t in model.graph.initializer if t.data_type in (*HALF, TensorProto.FLOAT)]
+    halves = [HALF[k] for k in floats if k in HALF]
+    return halves[0] if floats and len(halves) > len(floats) // 2 else None
 
 
 def as_float32(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -163,8 +163,12 @@ def probe_feed(t: gs.Tensor, num_past: int, num_new: int, site: Site | None = No
         return np.zeros((1, num_new), dtype)
     if t.name == "position_ids":
         return np.arange(num_past, num_past + num_new, dtype=dtype)[None]
+    if t.name == "cache_position":
+        return np.arange(num_past, num_past + num_new, dtype=dtype)
     if t.name == "attention_mask":
         return np.ones((1, num_past + num_new), dtype)
+    if t.name == "token_type_ids":  # dynamo reads dims off it
+        return np.zeros((1, num_new), dtype)
     raise BadInput(f"not a recognized decoder: {reader} reads input '{t.name}'")
 
 

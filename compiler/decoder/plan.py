@@ -34,8 +34,11 @@ from ..runtime.kernels import has_kernel
 from ..runtime.model_runner import PagedModelRunner
 from ..target import target_fingerprint
 from .batch_invariant import use_batch_invariant_gemms
-from .canonicalize import canonicalize
+from .cache_branch import take_cache_branches
+from .canonicalize import LOGITS_INDICES, canonicalize
 from .device_plan import device_plan
+from .logits_rows import logits_rows_input
+from .dynamic_quant import fold_dynamic_quantization, has_dynamic_quantization
 from .float32_export import as_float32, half_kind
 from .genai_export import is_genai_export
 from .genai_export import unpack as unpack_genai
@@ -48,6 +51,8 @@ from .sites import NOT_RECOGNIZED, find_sites
 from .weight_codes import attach_codes, store_codes
 
 RUNNER_FED = ("position_ids", "attention_mask")  # fed per step by the runner; a graph may not take them
+# fed by the runner too, newer than the profiles users already have: a profile may leave them out
+RUNNER_FED_UNLISTED = ("cache_position", "token_type_ids")
 
 PLAN_KIND = "decoder"
 DECODER_PRECISIONS = ("fp32", "w8")
@@ -120,9 +125,14 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     """Optimize, find the attention sites, prove what paging drops, page, lower, smoke-run."""
     model = handed.pop()
     original_inputs = [value_info(t) for t in import_graph(model).inputs]
-    codes: dict = {}  # MatMulNBits weights' codes, kept in the plan instead of their float32 form
+    model, fixed = take_cache_branches(model)  # merged decoders: the with-past branch of If(use_cache_branch)
+    model, row_inputs = logits_rows_input(model, LOGITS_INDICES)  # logits_to_keep [k]: the rows needing logits
+    ignorable = {f.condition for f in fixed} | set(row_inputs) | set(RUNNER_FED_UNLISTED)
+    codes: dict = {}  # MatMulNBits' and dynamically quantized weights' codes, kept in the plan instead of their float32 form
     if is_genai_export(model):  # GroupQueryAttention / MatMulNBits: into the form sites.py pages
         model = unpack_genai(model, codes)
+    if has_dynamic_quantization(model):  # quantize_dynamic: float32 GEMMs on the dequantized weights
+        model = fold_dynamic_quantization(model, codes)
     optimized = optimize_model(model, DECODER_PIPELINE)
     del model  # the last reference to the loaded model's weights
     graph = import_graph(optimized.model)
@@ -130,9 +140,11 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     past = {t.name for s in sites for t in s.past}
     # one decode profile serves exports with and without position_ids (ALiBi, genai) or a KV cache:
     # what the runner feeds per step may be listed for a model that does not take it
-    check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past,
-                                unused=lambda name: name in RUNNER_FED or name.startswith("past_key_values"))
+    check_profile_matches_model(profile, original_inputs, ignorable=lambda name: name in past or name in ignorable,
+                                unused=lambda name: name in RUNNER_FED + RUNNER_FED_UNLISTED or name.startswith("past_key_values"))
     decoder = _spec(sites, profile, optimized.model, [t for t in graph.outputs if not _is_present(t, sites)])
+    if fixed:
+        decoder["fixed_branches"] = [f.to_json() for f in fixed]
     fold_position_reductions(graph, decoder["max_model_len"])
     read_tables_whole(graph)
     steps = probes(decoder["max_model_len"], profile.decode.get("max_num_batched_tokens", 0))
@@ -242,7 +254,8 @@ def _smoke_run(program, decoder: dict) -> None:
     if not diff <= CHUNK_RTOL * max(1.0, float(np.abs(whole).max())):
         raise BadInput(f"not a recognized decoder: a token decoded after its cached prompt gets logits {diff:.3g} away "
                        "from the same token prefilled with the prompt: the graph derives token positions from the "
-                       "step's tokens; export it with a position_ids input")
+                       "step's tokens (export it with a position_ids input), or computes with all the step's tokens "
+                       "together (a statistic over every row, as a quantization scale)")
 
 
 def _brief(decoder: dict) -> dict:

@@ -104,7 +104,8 @@ class PagedModelRunner:
         starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         logits_indices = (starts[1:] - 1)[[c.needs_logits for c in chunks]].astype(np.int64)
         values = {"input_ids": ids.reshape(1, -1), "position_ids": positions.reshape(1, -1),
-                  "attention_mask": np.ones((1, ids.size), np.int64),
+                  "cache_position": positions, "attention_mask": np.ones((1, ids.size), np.int64),
+                  "token_type_ids": np.zeros((1, ids.size), np.int64),
                   "infc.slot_mapping": slots, "infc.block_tables": tables, "infc.query_start_loc": starts,
                   "infc.context_lens": context_lens.astype(np.int32), "infc.logits_indices": logits_indices}
         feeds = {name: values[name].astype(dtype, copy=False) for name, dtype in self._dtypes.items() if name in values}

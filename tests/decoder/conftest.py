@@ -68,7 +68,10 @@ def ort_greedy(model_path, prompt: list[int], num_tokens: int) -> tuple[list[int
     start = 0
     for _ in range(num_tokens):
         feeds.update(input_ids=np.array([ids], np.int64), position_ids=np.arange(start, start + len(ids))[None],
-                     attention_mask=np.ones((1, start + len(ids)), np.int64))
+                     attention_mask=np.ones((1, start + len(ids)), np.int64),
+                     use_cache_branch=np.array([start > 0]),  # merged decoders: the no-past branch first
+                     cache_position=np.arange(start, start + len(ids)), token_type_ids=np.zeros((1, len(ids)), np.int64),
+                     logits_to_keep=np.array([len(ids) - 1]))  # rows to keep: the last
         out = dict(zip(names, session.run(names, {k: v for k, v in feeds.items() if k in accepted})))
         logits = out["logits"][0, -1].astype(np.float32)
         logits_seen.append(logits)

@@ -172,3 +172,25 @@ def test_batchnorm_with_other_channel_count_than_conv_transpose_output_is_reject
     result = run_rules(model, batchnorm.RULES, infer_shapes=False)
     assert rule_stats(result, "fold_batchnorm_into_conv") == (
         0, {"BatchNormalization channels differ from the Conv output channels": 1})
+
+
+def test_a_name_two_branches_type_differently_keeps_each_branchs_type():
+    """Optimum's merged decoders: both branches of the If define '/model/Cast_1_output_0', int64 in
+    one, bool in the other. Shape inference's results are applied by name, so such a name gets no
+    inferred type (before: the int64 one written into the bool branch, which onnxruntime refused)."""
+    def branch(name: str, to: int) -> onnx.GraphProto:
+        nodes = [helper.make_node("Cast", ["x"], ["shared"], to=to), helper.make_node("Cast", ["shared"], ["out"], to=TensorProto.FLOAT),
+                 helper.make_node("Add", ["out", "out"], ["doubled"])]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info("doubled", TensorProto.FLOAT, [3])])
+
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=branch("with_past", TensorProto.INT64),
+                            else_branch=branch("no_past", TensorProto.BOOL))
+    graph = helper.make_graph([node], "merged", [helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                                                 helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    optimized = ort_session(optimize_model(model).model)  # loads: each branch's Cast typed as it is
+    x = np.array([0.0, 2.7, -1.5], np.float32)
+    for cond in (True, False):
+        feeds = {"cond": np.array(cond), "x": x}
+        np.testing.assert_array_equal(optimized.run(None, feeds)[0], ort_session(model).run(None, feeds)[0])

@@ -161,14 +161,29 @@ def _elem_type(model: onnx.ModelProto, name: str) -> int:
     return known.get(source, 0)
 
 
-def _collect(graph: onnx.GraphProto, found: dict) -> None:
+def _collect(graph: onnx.GraphProto, found: dict, owners: dict | None = None, ambiguous: set | None = None) -> None:
+    """Fills `found` by name. The results are applied by name to every graph, so a name that two
+    sibling subgraphs give different types or shapes (the two branches of a merged decoder's If,
+    each with its own '/model/Cast_1_output_0', bool in one and int64 in the other) is left out."""
+    top = owners is None
+    owners, ambiguous = ({}, set()) if top else (owners, ambiguous)
     for value in list(graph.value_info) + list(graph.output):
-        if value.type.HasField("tensor_type") and (value.name not in found or _dims(value.type) is not None):
-            found[value.name] = (value.type.tensor_type.elem_type or found.get(value.name, (0,))[0], _dims(value.type))
+        if not value.type.HasField("tensor_type"):
+            continue
+        entry = (value.type.tensor_type.elem_type or found.get(value.name, (0,))[0], _dims(value.type))
+        if owners.setdefault(value.name, id(graph)) != id(graph):
+            if found.get(value.name) != entry:
+                ambiguous.add(value.name)
+            continue
+        if value.name not in found or entry[1] is not None:
+            found[value.name] = entry
     for node in graph.node:
         for attr in node.attribute:
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                _collect(sub, found)
+                _collect(sub, found, owners, ambiguous)
+    if top:
+        for name in ambiguous:
+            del found[name]
 
 
 class InferShapes:
