@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -98,3 +99,14 @@ def random_block_codes(rng, k: int, n: int, group: int, dtype, uint8_high: int =
     scale = (rng.random((blocks, n), dtype=np.float32) * 0.01 + 1e-3).astype(np.float32)
     zero = rng.integers(low, high, (blocks, n)).astype(dtype)
     return codes, scale, zero
+
+
+def ort_optimized_ops(model: onnx.ModelProto, folder: Path) -> Counter:
+    """The ops onnxruntime actually runs after its own graph optimizations (QDQ fusion included)."""
+    import onnxruntime as ort  # noqa: PLC0415
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(Path(folder) / "ort_optimized.onnx")
+    options.log_severity_level = 3
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return Counter(n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node)

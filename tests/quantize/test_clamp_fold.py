@@ -1,15 +1,12 @@
 """A Relu / ReLU6 after a quantized Conv is folded into its output quantization (quantize/clamp_fold.py)."""
 
-from collections import Counter
-
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from infc.compiler.quantize import int8
 from infc.compiler.quantize.int8 import quantize_int8
+from infc.compiler.testing import ort_optimized_ops
 from infc.compiler.verify import ort_session
 
 
@@ -25,14 +22,6 @@ def _model(clamp: str):
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-
-
-def _ort_ops(model, tmp_path) -> Counter:
-    options = ort.SessionOptions()
-    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    options.log_severity_level = 3
-    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return Counter(n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node)
 
 
 def _samples(count=8, seed=0):
@@ -65,12 +54,12 @@ def test_a_clamp_after_a_conv_is_its_output_quantization(clamp, tmp_path, monkey
     original = _model(clamp)
     quantized, report = quantize_int8(original, iter(_samples()))
     assert report.num_clamps_folded == 1 and clamp not in {n.op_type for n in quantized.graph.node}
-    ops = _ort_ops(quantized, tmp_path)
+    ops = ort_optimized_ops(quantized, tmp_path)
     assert ops["QLinearConv"] == 1 and ops[clamp] == 0  # no float op between the int8 units (y stays float)
     kept = _kept(original, monkeypatch)
     # onnxruntime drops the kept clamp itself, but not the requantization around it (MobileNetV2:
     # 35 DequantizeLinear -> QuantizeLinear pairs between its int8 convolutions, 2x its quantizer's time)
-    kept_ops = _ort_ops(kept, tmp_path)
+    kept_ops = ort_optimized_ops(kept, tmp_path)
     assert clamp in {n.op_type for n in kept.graph.node} and kept_ops["QuantizeLinear"] == ops["QuantizeLinear"] + 1
     # the same codes after the clamp, one rounding fewer before it: as close to fp32 (onnxruntime's
     # float arithmetic of each QDQ model, its fusions off)

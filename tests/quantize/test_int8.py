@@ -4,18 +4,16 @@ its quantized kernels; calibration memory does not grow with the number of sampl
 import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 from infc.compiler.feeds import random_feeds
 from infc.compiler.optimize import optimize_model
 from infc.compiler.quantize.int8 import quantize_int8
 from infc.compiler.quantize.weight_range import saturates_u8s8, weight_limit
-from infc.compiler.testing import FIXTURES, make_model
+from infc.compiler.testing import FIXTURES, make_model, ort_optimized_ops
 from infc.compiler.verify import compare_outputs, ort_session
 from onnx import helper, numpy_helper
 
@@ -52,15 +50,6 @@ def test_weight_range_follows_the_cpu_unless_asked():
     assert weight_limit() == (64 if saturates_u8s8() else 127)
 
 
-def _ort_runs(model, tmp_path) -> Counter:
-    """The ops onnxruntime actually runs after its own graph optimizations (QDQ fusion included)."""
-    options = ort.SessionOptions()
-    options.optimized_model_filepath = str(tmp_path / "ort_optimized.onnx")
-    options.log_severity_level = 3
-    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return Counter(n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node)
-
-
 @pytest.mark.parametrize("method", ["minmax", "percentile", "entropy"])
 def test_cnn_quantizes_runs_and_fuses_into_quantized_kernels(method, tmp_path):
     original = onnx.load(FIXTURES / "cnn_ts.onnx")
@@ -68,7 +57,7 @@ def test_cnn_quantizes_runs_and_fuses_into_quantized_kernels(method, tmp_path):
     assert report.quantized == {"Conv": 12, "Gemm": 1} and report.num_samples == 8 and report.skipped == {}
     weights = [n for n in quantized.graph.node if n.op_type == "DequantizeLinear" and "/int8_" in n.input[0]]
     assert len(weights) == 13 and all(a.name == "axis" for n in weights for a in n.attribute)
-    runs = _ort_runs(quantized, tmp_path)
+    runs = ort_optimized_ops(quantized, tmp_path)
     assert runs["QLinearConv"] == 12 and runs["QGemm"] == 1 and runs["Conv"] == runs["FusedConv"] == 0
     # entropy clips tails on purpose; on 8 random samples it clips real signal too (see docs/quantization.md)
     assert _error(original, quantized) < (5e-2 if method != "entropy" else 0.5)
@@ -97,7 +86,7 @@ def test_optimized_graph_fused_convs_are_split_for_quantization(tmp_path):
     num_fused = sum(n.op_type == "FusedConv" for n in optimized.graph.node)
     quantized, report = quantize_int8(optimized, _calibration(original))
     assert num_fused > 0 and report.num_unfused == num_fused
-    runs = _ort_runs(quantized, tmp_path)
+    runs = ort_optimized_ops(quantized, tmp_path)
     assert runs["QLinearConv"] == report.quantized["Conv"] and runs["FusedConv"] == 0
     assert _error(original, quantized) < 5e-2
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import onnx
 
-from .reshape_ranks import Dim, _attr, _evaluate, initial_values, is_named
+from .reshape_ranks import Dim, _attr, is_named, shape_walk
 
 # ops whose output is the numpy broadcast of all their inputs
 BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Where", "Max", "Min", "Equal", "Less", "Greater",
@@ -31,16 +31,9 @@ SAME_SHAPE = frozenset({"Cast", "Identity", "Neg", "Relu", "Not", "Abs", "Sqrt",
 def broadcast_shapes(model: onnx.ModelProto, known: dict[str, list[Dim] | None]) -> dict[str, list[Dim]]:
     """Output name -> dims for broadcasts whose unknown dims this proves (see the module's note);
     `known` (name -> dims onnx inferred) gets them too."""
-    graph = model.graph
-    values = initial_values(model)
-    shapes = {**{t.name: [int(d) for d in t.dims] for t in graph.initializer}, **known}
+    shapes = {**{t.name: [int(d) for d in t.dims] for t in model.graph.initializer}, **known}
     producers, found = {}, {}
-    for node in graph.node:
-        if node.domain not in ("", "ai.onnx") or not node.output:
-            continue
-        value = _evaluate(node, values, shapes)
-        if value is not None:
-            values[node.output[0]] = value
+    for node, values in shape_walk(model, shapes):
         for out in node.output:
             producers[out] = node
         dims = _proven(node, shapes, values, producers)

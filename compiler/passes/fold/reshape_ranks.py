@@ -28,14 +28,8 @@ def reshape_shapes(model: onnx.ModelProto, shapes: dict[str, list[Dim] | None],
     `shapes` (name -> dims of every value onnx's inference knows, None for an unknown rank): a rank
     onnx left unknown, or a size it left symbolic (x.view(batch, seq, -1, 64) at any opset: onnx
     cannot divide a symbolic batch, the names cancel here). `given`: what earlier rounds gave."""
-    values = initial_values(model)
     found = {}
-    for node in model.graph.node:
-        if node.domain not in ("", "ai.onnx") or not node.output:
-            continue
-        value = _evaluate(node, values, shapes)
-        if value is not None:
-            values[node.output[0]] = value
+    for node, values in shape_walk(model, shapes):
         out = node.output[0]
         if node.op_type == "Reshape" and len(node.input) > 1:
             dims = _target(node, values, shapes)
@@ -43,6 +37,20 @@ def reshape_shapes(model: onnx.ModelProto, shapes: dict[str, list[Dim] | None],
                 found[out] = dims
                 shapes[out] = dims
     return found
+
+
+def shape_walk(model: onnx.ModelProto, shapes: dict[str, list[Dim] | None]):
+    """Each ONNX-domain node of the main graph in order, with the symbolic values of the shape tensors
+    computed up to and including it (one dict, growing). `shapes` is read as it is at each node, so a
+    caller may add what it proves on the way."""
+    values = initial_values(model)
+    for node in model.graph.node:
+        if node.domain not in ("", "ai.onnx") or not node.output:
+            continue
+        value = _evaluate(node, values, shapes)
+        if value is not None:
+            values[node.output[0]] = value
+        yield node, values
 
 
 def initial_values(model: onnx.ModelProto) -> dict[str, list[Dim]]:

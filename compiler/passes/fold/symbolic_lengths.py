@@ -16,7 +16,7 @@ from __future__ import annotations
 import onnx
 
 from .dim_forms import Dim, floor_divided, is_named, shifted
-from .reshape_ranks import _attr, _evaluate, initial_values
+from .reshape_ranks import _attr, shape_walk
 
 BIG = 1 << 62  # a Slice end at or past this reads to the end (INT64_MAX and friends)
 
@@ -24,14 +24,8 @@ BIG = 1 << 62  # a Slice end at or past this reads to the end (INT64_MAX and fri
 def length_shapes(model: onnx.ModelProto, known: dict[str, list[Dim] | None]) -> dict[str, list[Dim]]:
     """Output name -> dims for Conv / MaxPool / AveragePool outputs, Slices of data and Range(0, n, 1)
     whose lengths this computes where onnx left them unknown; `known` gets them too."""
-    graph, values, found = model.graph, initial_values(model), {}
-    consts = {t.name: t for t in graph.initializer}
-    for node in graph.node:
-        if node.domain not in ("", "ai.onnx") or not node.output:
-            continue
-        value = _evaluate(node, values, known)
-        if value is not None:
-            values[node.output[0]] = value
+    consts, found = {t.name: t for t in model.graph.initializer}, {}
+    for node, values in shape_walk(model, known):
         out = known.get(node.output[0])
         if out is None:
             continue
