@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import onnx
 
+from .pinned_dims import pinned_dims
 from .runtime.feeds_io import gather_table_rows, random_inputs
 
 # Values for symbolic dims by what their names suggest; anything else gets DEFAULT_DIM.
@@ -18,14 +17,19 @@ def _resolve_dim(dim: onnx.TensorShapeProto.Dimension, known: dict[str, int], ov
                  is_leading: bool = False) -> int:
     if dim.HasField("dim_value") and dim.dim_value > 0:
         return int(dim.dim_value)
-    name = dim.dim_param
+    return _named_dim(dim.dim_param, known, overrides, is_leading)
+
+
+def _named_dim(name: str, known: dict[str, int], overrides: dict[str, int], is_leading: bool) -> int:
     if name in overrides:
         return overrides[name]
     if name in known:
         return known[name]
-    terms = [t.strip() for t in re.split(r"\+", name)] if "+" in name else []
-    if terms and all(t in known or t.isdigit() for t in terms):
-        value = sum(known[t] if t in known else int(t) for t in terms)
+    if "+" in name:
+        # Optimum's attention mask is [batch, 'past_sequence_length + sequence_length']: each term
+        # resolves as the dim it names, so the mask agrees with the past K/V given after it
+        value = sum(int(t) if t.isdigit() else _named_dim(t, known, overrides, False)
+                    for t in (t.strip() for t in name.split("+")))
     elif "total" in name.lower():
         # exporters' convention: total_sequence_length = past_sequence_length + sequence_length
         value = _past_dim(known) + _seq_dim(known)
@@ -60,7 +64,8 @@ def random_feeds(model: onnx.ModelProto, seed: int = 0, overrides: dict[str, int
     initializer_names = {t.name for t in model.graph.initializer}
     graph_inputs = [v for v in model.graph.input if v.name not in initializer_names]
     known: dict[str, int] = {}
-    shapes = {v.name: [_resolve_dim(d, known, overrides or {}, axis == 0 and len(v.type.tensor_type.shape.dim) >= 2)
+    overrides = {**pinned_dims(model), **(overrides or {})}
+    shapes = {v.name: [_resolve_dim(d, known, overrides, axis == 0 and len(v.type.tensor_type.shape.dim) >= 2)
                        for axis, d in enumerate(v.type.tensor_type.shape.dim)]
               for v in _resolution_order(graph_inputs)}
     inputs = [{"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name}

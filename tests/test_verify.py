@@ -1,6 +1,8 @@
 """`--verify` inputs: models whose inputs must be long (a convolutional front end over raw samples)
 still get random inputs they run on."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from infc.compiler.errors import BadInput
@@ -10,6 +12,7 @@ from infc.compiler.verify import verify_models
 from onnx import helper
 
 F32 = np.float32
+MODELS = Path(__file__).parent / "models"
 
 
 def _audio_front_end(kernel: int):
@@ -143,3 +146,29 @@ def test_a_reshape_the_generated_inputs_do_not_fit_names_the_shapes():
         verify_models(model, model)
     assert "/onnxruntime_src" not in str(info.value)
     assert "requested shape" in str(info.value)
+
+
+def test_a_sum_of_dims_is_the_sum_of_the_dims_it_names():
+    # Optimum's decoders take attention_mask [batch, 'past_sequence_length + sequence_length'],
+    # listed before the past K/V: its length must be the past's plus the new tokens'
+    from infc.compiler.feeds import random_feeds
+
+    nodes = [helper.make_node("Identity", [name], [f"{name}_out"]) for name in ("input_ids", "attention_mask", "past")]
+    model = make_model(nodes, [("input_ids", np.int64, ["batch", "sequence_length"]),
+                               ("attention_mask", np.int64, ["batch", "past_sequence_length + sequence_length"]),
+                               ("past", F32, ["batch", 2, "past_sequence_length", 8])],
+                       [("input_ids_out", np.int64, ["b", "s"]), ("attention_mask_out", np.int64, ["b", "t"]),
+                        ("past_out", F32, ["b", 2, "p", 8])])
+    feeds = random_feeds(model, 0)
+    assert feeds["attention_mask"].shape[1] == feeds["past"].shape[2] + feeds["input_ids"].shape[1]
+
+
+@pytest.mark.parametrize("fixture", ["hf/qwen2_optimum.onnx", "genai/llama_fp32.onnx"])
+def test_decoder_exports_verify_on_generated_inputs(fixture):
+    # qwen2_optimum: the mask above; genai: the builder's symbolic KV head size ('kv_cache_dim'),
+    # which GroupQueryAttention pins to its projections' head size (compiler/pinned_dims.py)
+    import onnx
+
+    model = onnx.load(str(MODELS / fixture))
+    diffs = verify_models(model, optimize_model(model).model)
+    assert diffs and max(d.max_rel_diff for d in diffs) < 1e-4

@@ -79,6 +79,24 @@ def unpack(model: onnx.ModelProto, codes: dict | None = None) -> onnx.ModelProto
     return out
 
 
+def past_kv_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
+    """Each GroupQueryAttention's past key / value input -> (KV heads, head size), as unpack pins
+    them; {} where a head size cannot be told (unpack then says why)."""
+    weights = {t.name: t for t in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    shapes = {}
+    for node in model.graph.node:
+        if node.domain == MS and node.op_type == "GroupQueryAttention" and _input(node, 3) and _input(node, 4):
+            attrs = _attrs(node)
+            heads, kv_heads = int(attrs["num_heads"]), int(attrs["kv_num_heads"])
+            try:
+                head_dim = _head_dim(node, weights, producers, heads, kv_heads)
+            except BadInput:
+                continue
+            shapes.update({node.input[3]: (kv_heads, head_dim), node.input[4]: (kv_heads, head_dim)})
+    return shapes
+
+
 def _static_kv_shapes(graph: onnx.GraphProto, kv_shapes: dict) -> None:
     """The builder leaves the KV head size symbolic ('kv_cache_dim'): pin it, and the KV heads."""
     for value in [*graph.input, *graph.output]:
