@@ -45,7 +45,13 @@ def _dims(type_proto: onnx.TypeProto):
 
 
 def infer_shapes(graph: gs.Graph) -> dict[str, tuple]:
-    """Name -> (elem_type, dims) for every value onnx can infer, without touching the graph."""
+    """Name -> (elem_type, dims) for every value of the main graph onnx can infer, without touching
+    the graph."""
+    return infer_scoped_shapes(graph)[()]
+
+
+def infer_scoped_shapes(graph: gs.Graph) -> dict[tuple, dict[str, tuple]]:
+    """infer_shapes for the main graph and each subgraph, by scope (_collect)."""
     for g in all_graphs(graph):
         for tensor in g.inputs:
             if tensor.shape is not None:
@@ -70,9 +76,7 @@ def infer_shapes(graph: gs.Graph) -> dict[str, tuple]:
         del model.graph.value_info[:]
         model.graph.value_info.extend(given.values())
         inferred = _run_inference(model)
-    found: dict[str, tuple] = {}
-    _collect(inferred.graph, found)
-    return found
+    return _collect(inferred.graph)
 
 
 # float initializers larger than this go to onnx's inference as typed inputs without their data: no
@@ -161,29 +165,54 @@ def _elem_type(model: onnx.ModelProto, name: str) -> int:
     return known.get(source, 0)
 
 
-def _collect(graph: onnx.GraphProto, found: dict, owners: dict | None = None, ambiguous: set | None = None) -> None:
-    """Fills `found` by name. The results are applied by name to every graph, so a name that two
-    sibling subgraphs give different types or shapes (the two branches of a merged decoder's If,
-    each with its own '/model/Cast_1_output_0', bool in one and int64 in the other) is left out."""
-    top = owners is None
-    owners, ambiguous = ({}, set()) if top else (owners, ambiguous)
-    for value in list(graph.value_info) + list(graph.output):
-        if not value.type.HasField("tensor_type"):
-            continue
-        entry = (value.type.tensor_type.elem_type or found.get(value.name, (0,))[0], _dims(value.type))
-        if owners.setdefault(value.name, id(graph)) != id(graph):
-            if found.get(value.name) != entry:
-                ambiguous.add(value.name)
-            continue
-        if value.name not in found or entry[1] is not None:
-            found[value.name] = entry
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                _collect(sub, found, owners, ambiguous)
-    if top:
-        for name in ambiguous:
-            del found[name]
+Scope = tuple  # a subgraph's path from the main graph: ((node index, attribute name[, index]), ...)
+
+
+def _collect(graph: onnx.GraphProto) -> dict[Scope, dict[str, tuple]]:
+    """Each graph's own inferred values by name, keyed by the graph's scope: two sibling subgraphs
+    may each define one name with its own type and shape (the two branches of a merged decoder's
+    If, each with its own '/model/Cast_1_output_0', bool in one and int64 in the other)."""
+    scopes: dict[Scope, dict[str, tuple]] = {}
+
+    def walk(g: onnx.GraphProto, scope: Scope) -> None:
+        own: dict[str, tuple] = {}
+        for value in list(g.value_info) + list(g.output):
+            if value.type.HasField("tensor_type"):
+                entry = (value.type.tensor_type.elem_type or own.get(value.name, (0,))[0], _dims(value.type))
+                if value.name not in own or entry[1] is not None:
+                    own[value.name] = entry
+        scopes[scope] = own
+        for index, node in enumerate(g.node):
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    walk(attr.g, (*scope, (index, attr.name)))
+                for k, sub in enumerate(attr.graphs):
+                    walk(sub, (*scope, (index, attr.name, k)))
+
+    walk(graph, ())
+    return scopes
+
+
+def _scoped_graphs(graph: gs.Graph, scope: Scope = ()):
+    """(scope, graph) for the main graph and every subgraph, scoped as _collect scopes them."""
+    yield scope, graph
+    for index, node in enumerate(graph.nodes):
+        for name, value in node.attrs.items():
+            if isinstance(value, gs.Graph):
+                yield from _scoped_graphs(value, (*scope, (index, name)))
+            elif isinstance(value, (list, tuple)):
+                for k, sub in enumerate(value):
+                    if isinstance(sub, gs.Graph):
+                        yield from _scoped_graphs(sub, (*scope, (index, name, k)))
+
+
+def _lookup(scopes: dict[Scope, dict[str, tuple]], scope: Scope, name: str) -> tuple | None:
+    """`name` as the graph at `scope` sees it: its own value, else the nearest enclosing graph's."""
+    while True:
+        entry = scopes.get(scope, {}).get(name)
+        if entry is not None or not scope:
+            return entry
+        scope = scope[:-1]
 
 
 class InferShapes:
@@ -191,16 +220,22 @@ class InferShapes:
 
     def run(self, graph: gs.Graph, stats: PassStats) -> int:
         try:
-            found = infer_shapes(graph)
+            found = infer_scoped_shapes(graph)
         except (onnx.shape_inference.InferenceError, RuntimeError) as exc:
             stats.record_rejection("infer_shapes", f"onnx shape inference failed: {str(exc).splitlines()[0][:160]}", "graph")
             return 0
         num_known = 0
-        for g in all_graphs(graph):
+        seen: dict[int, tuple | None] = {}  # a tensor object two scopes share gets one answer
+        for scope, g in _scoped_graphs(graph):
             for tensor in g.tensors().values():
                 if isinstance(tensor, gs.Constant) or tensor in g.inputs:
                     continue
-                entry = found.get(tensor.name)
+                entry = _lookup(found, scope, tensor.name)
+                if id(tensor) in seen:
+                    if seen[id(tensor)] == entry:
+                        continue
+                    entry = None  # two answers for one object: confirm neither
+                seen[id(tensor)] = entry
                 if entry is None:
                     tensor.shape = None  # never keep a declared shape that inference could not confirm
                     continue
