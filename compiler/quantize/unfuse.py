@@ -14,7 +14,8 @@ from onnx import helper, numpy_helper
 
 # activation name -> how activation_params become the ONNX op's attributes (Clip: constant inputs)
 ACTIVATION_ATTRS = {"Relu": (), "Tanh": (), "Sigmoid": (), "LeakyRelu": ("alpha",), "HardSigmoid": ("alpha", "beta"),
-                    "HardSwish": (), "Clip": ()}
+                    "HardSwish": (), "Clip": (), "Elu": ("alpha",), "ThresholdedRelu": ("alpha",), "Selu": ("alpha", "gamma"),
+                    "Softplus": (), "Softsign": ()}
 UNFUSED = {"FusedConv": "Conv", "FusedGemm": "Gemm"}
 _ACTIVATION_FIELDS = ("activation", "activation_params", "activation_alpha", "activation_beta", "activation_gamma")
 
@@ -35,8 +36,8 @@ def unfuse_activations(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
             nodes.append(node)
             continue
         count += 1
-        params = list(attrs.get("activation_params", [])) or [attrs[k] for k in ("activation_alpha", "activation_beta")
-                                                              if k in attrs]
+        params = list(attrs.get("activation_params", [])) or [attrs[k] for k in ("activation_alpha", "activation_beta",
+                                                                                "activation_gamma") if k in attrs]
         base_inputs = list(node.input[:3]) if node.op_type == "FusedConv" else list(node.input)
         kept = {k: v for k, v in attrs.items() if k not in _ACTIVATION_FIELDS}
         hidden = f"{node.output[0]}/preact"

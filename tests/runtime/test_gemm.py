@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
 
+from infc.compiler.passes.fuse.gemm import _ACTIVATIONS as FUSED_ACTIVATIONS
+
 F32 = np.float32
 MS = "com.microsoft"
 
@@ -40,6 +42,18 @@ def test_fused_gemm(activation, extra, rng, single_node, ort_check):
     a = rng.standard_normal((3, 4)).astype(F32)
     inits = {"b": rng.standard_normal((5, 4)).astype(F32), "c": rng.standard_normal(5).astype(F32)}
     attrs = {"activation": activation, "transB": 1, **extra}
+    ort_check(single_node("FusedGemm", {"a": a}, [("y", F32)], attrs, inits, domain=MS), {"a": a})
+
+
+@pytest.mark.parametrize("activation", sorted(FUSED_ACTIVATIONS))
+@pytest.mark.parametrize("defaults", [True, False])
+def test_every_activation_the_gemm_fusion_writes_runs(activation, defaults, rng, single_node, ort_check):
+    # passes/fuse/gemm.py fuses these into FusedGemm; the kernel knew only five (Elu and Softplus
+    # after a Gemm failed the build: found by scripts/fuzz_graphs.py)
+    a = 2 * rng.standard_normal((6, 4)).astype(F32)
+    inits = {"b": rng.standard_normal((5, 4)).astype(F32), "c": rng.standard_normal(5).astype(F32)}
+    params = {f"activation_{k}": (v if defaults else 0.5 + 0.25 * i) for i, (k, v) in enumerate(FUSED_ACTIVATIONS[activation].items())}
+    attrs = {"activation": activation, "transB": 1, **params}
     ort_check(single_node("FusedGemm", {"a": a}, [("y", F32)], attrs, inits, domain=MS), {"a": a})
 
 

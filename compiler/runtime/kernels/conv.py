@@ -317,8 +317,8 @@ def conv(inputs, attrs, ctx):
 
 
 def apply_activation(y: np.ndarray, name: str | None, params) -> np.ndarray:
-    """ORT's fused activations, in place: activation_params are (alpha) for LeakyRelu, (min, max) for
-    Clip and (alpha, beta) for HardSigmoid."""
+    """ORT's fused activations, in place: activation_params are (alpha) for LeakyRelu, Elu and
+    ThresholdedRelu, (min, max) for Clip, (alpha, beta) for HardSigmoid and (alpha, gamma) for Selu."""
     if not name or name == "Identity":
         return y
     if name == "Relu":
@@ -341,7 +341,26 @@ def apply_activation(y: np.ndarray, name: str | None, params) -> np.ndarray:
         y *= alpha
         y += beta
         return clip_into(y, 0.0, 1.0, y)
+    if name == "Softplus":
+        return np.logaddexp(y, 0, out=y)
+    if name == "Softsign":
+        y /= 1 + np.abs(y)
+        return y
+    if name == "ThresholdedRelu":
+        y[y <= (params[0] if params else 1.0)] = 0
+        return y
+    if name in ("Elu", "Selu"):
+        alpha, gamma = (params[0] if params else SELU_ALPHA if name == "Selu" else 1.0), (
+            params[1] if name == "Selu" and len(params) > 1 else SELU_GAMMA if name == "Selu" else 1.0)
+        negative = y < 0
+        y[negative] = alpha * np.expm1(y[negative])
+        if gamma != 1.0:
+            y *= gamma
+        return y
     raise NotImplementedError(f"fused activation {name}")
+
+
+SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
 
 
 IN_PLACE_ACTIVATIONS = {"Relu", "Tanh", "Sigmoid", "Clip", "HardSigmoid"}

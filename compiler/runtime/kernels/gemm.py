@@ -7,7 +7,7 @@ import numpy as np
 
 from ..gemm_impls import product_into
 from .common import arg, is_exotic, to_compute
-from .conv import apply_activation
+from .conv import SELU_ALPHA, SELU_GAMMA, apply_activation
 
 
 def _into(ctx, shape, dtype):
@@ -87,13 +87,16 @@ def gemm(inputs, attrs, ctx):
     return [gemm_forward(inputs, attrs)]
 
 
+# FusedGemm's activation attributes in activation_params order, with onnxruntime's defaults
+FUSED_GEMM_PARAMS = {"LeakyRelu": (("alpha", 0.01),), "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)),
+                     "Clip": (("alpha", -np.inf), ("beta", np.inf)), "Elu": (("alpha", 1.0),),
+                     "ThresholdedRelu": (("alpha", 1.0),), "Selu": (("alpha", SELU_ALPHA), ("gamma", SELU_GAMMA))}
+
+
 def fused_gemm(inputs, attrs, ctx):
     y = gemm_forward(inputs, attrs)
     name = attrs.get("activation")
-    params = [attrs.get("activation_alpha", 0.01 if name == "LeakyRelu" else 0.2),
-              attrs.get("activation_beta", 0.5)]
-    if name == "Clip":
-        params = [attrs.get("activation_alpha", -np.inf), attrs.get("activation_beta", np.inf)]
+    params = [attrs.get(f"activation_{key}", default) for key, default in FUSED_GEMM_PARAMS.get(name, ())]
     return [apply_activation(y, name, params)]
 
 
