@@ -54,6 +54,9 @@ class Graph:
     shapes: dict = field(default_factory=dict)  # value -> shape at batch 1 (dim 0 is the batch)
     dyn: dict = field(default_factory=dict)  # value -> its axes (besides the batch) that vary with the profile
     count: int = 0
+    mask_length: int | None = None  # an attention mask input [batch, length] the graph may take
+    mask_varies: bool = False
+    mask_used: bool = False
 
     def name(self, stem: str) -> str:
         self.count += 1
@@ -565,6 +568,84 @@ def _topk(g, x, s):
     return values
 
 
+def _fits_mask(g, x, s) -> bool:
+    """x's axis 1 is the mask's length: the input's own sequence axis."""
+    return g.mask_length is not None and s[1] == g.mask_length and (1 in g.dyn[x]) == g.mask_varies
+
+
+def _mask_bias(g, rank: int) -> str:
+    """The exporters' additive mask: (1 - mask) * -10000 (or a Where to the dtype's lowest value),
+    [batch, 1, ..., length] against scores of `rank`."""
+    g.mask_used = True
+    axes = g.const(np.array(list(range(1, rank - 1)), np.int64), "axes")
+    if g.rng.integers(2):
+        as_float = g.shape_node("Cast", ["mask"], to=TensorProto.FLOAT)
+        inverted = g.shape_node("Sub", [g.const(np.array(1.0, F32)), as_float])
+        return g.shape_node("Unsqueeze", [g.shape_node("Mul", [inverted, g.const(np.array(-10000.0, F32))]), axes])
+    keep = g.shape_node("Unsqueeze", [g.shape_node("Cast", ["mask"], to=TensorProto.BOOL), axes])
+    return g.shape_node("Where", [keep, g.const(np.array(0.0, F32)), g.const(np.array(np.finfo(F32).min, F32))])
+
+
+def _mha(g, x, s):
+    """Multi-head self-attention as exporters write it, in one of its variants: heads split by a
+    Reshape with 0s, K transposed in one Transpose or two, the scale on the scores or on q, an
+    optional additive mask, projections with or without biases."""
+    if len(s) != 3 or not g.fixed(x, -1):
+        return None
+    d, length = s[2], s[1]
+    heads = int(g.rng.choice([h for h in (1, 2, 4) if d % h == 0]))
+    dh = d // heads
+    dyn_len = 1 in g.dyn[x]
+
+    def project(value, shape):
+        y = g.node("MatMul", [value, g.weight(d, d)], shape)
+        return g.node("Add", [y, g.const((0.1 * g.rng.standard_normal(d)).astype(F32))], shape) if g.rng.integers(2) else y
+
+    def split_heads(value):
+        four = g.node("Reshape", [value, g.const(np.array([0, 0, heads, dh], np.int64), "shape")],
+                      (s[0], length, heads, dh), {1} if dyn_len else set())
+        return four
+
+    scale = 1 / np.sqrt(dh)
+    q = split_heads(project(x, s))
+    if g.rng.integers(3) == 0:  # scaled before the product
+        q = g.node("Mul", [q, g.const(np.array(scale, F32))], g.shapes[q])
+        scale = None
+    q = g.node("Transpose", [q], (s[0], heads, length, dh), {2} if dyn_len else set(), perm=[0, 2, 1, 3])
+    k = split_heads(project(x, s))
+    if g.rng.integers(2):
+        kt = g.node("Transpose", [k], (s[0], heads, dh, length), {3} if dyn_len else set(), perm=[0, 2, 3, 1])
+    else:
+        k = g.node("Transpose", [k], (s[0], heads, length, dh), {2} if dyn_len else set(), perm=[0, 2, 1, 3])
+        kt = g.node("Transpose", [k], (s[0], heads, dh, length), {3} if dyn_len else set(), perm=[0, 1, 3, 2])
+    score_shape, score_dyn = (s[0], heads, length, length), ({2, 3} if dyn_len else set())
+    scores = g.node("MatMul", [q, kt], score_shape, score_dyn)
+    if scale is not None:
+        if g.rng.integers(2):
+            scores = g.node("Mul", [scores, g.const(np.array(scale, F32))], score_shape)
+        else:
+            scores = g.node("Div", [scores, g.const(np.array(1 / scale, F32))], score_shape)
+    if _fits_mask(g, x, s) and g.rng.integers(3):
+        scores = g.node("Add", [scores, _mask_bias(g, 4)], score_shape)
+    probs = g.node("Softmax", [scores], score_shape, axis=-1)
+    v = g.node("Transpose", [split_heads(project(x, s))], (s[0], heads, length, dh), {2} if dyn_len else set(),
+               perm=[0, 2, 1, 3])
+    context = g.node("MatMul", [probs, v], (s[0], heads, length, dh), {2} if dyn_len else set())
+    merged = g.node("Transpose", [context], (s[0], length, heads, dh), {1} if dyn_len else set(), perm=[0, 2, 1, 3])
+    flat = g.node("Reshape", [merged, g.const(np.array([0, 0, d], np.int64), "shape")], s, g.dyn[x])
+    return project(flat, s)
+
+
+def _masked_fill(g, x, s):
+    """Padding positions of a sequence set to a constant, as pooling heads do before a mean / max."""
+    if len(s) != 3 or not _fits_mask(g, x, s):
+        return None
+    g.mask_used = True
+    keep = g.shape_node("Unsqueeze", [g.shape_node("Cast", ["mask"], to=TensorProto.BOOL),
+                                      g.const(np.array([2], np.int64), "axes")])
+    return g.node("Where", [keep, x, g.const(np.array(0.0 if g.rng.integers(2) else -1e4, F32))], s)
+
+
 ANY = (2, 3, 4)
 OPS = {
     "relu": (ANY, _unary("Relu")), "sigmoid": (ANY, _unary("Sigmoid")), "tanh": (ANY, _unary("Tanh")),
@@ -586,7 +667,7 @@ OPS = {
     "group_norm": ((4,), _group_norm_decomposed), "prelu": (ANY, _prelu), "variadic": (ANY, _variadic),
     "powers": (ANY, _powers), "depth_space": ((4,), _depth_space), "reduce_spatial": ((4,), _reduce_spatial),
     "conv1d": ((3,), _conv1d), "gelu_tanh": (ANY, _gelu_tanh), "rmsnorm": (ANY, _rmsnorm), "cumsum": (ANY, _cumsum),
-    "topk": (ANY, _topk),
+    "topk": (ANY, _topk), "mha": ((3,), _mha), "mha2": ((3,), _mha), "masked_fill": ((3,), _masked_fill),
 }
 # (shape at the opt level, the axes that may vary): images of any height and width, sequences of any length
 START_SHAPES = (((1, 6, 10, 12), {2, 3}), ((1, 4, 8, 8), {2, 3}), ((1, 12, 16), {1}), ((1, 7, 24), {1}), ((1, 20), set()))
@@ -595,13 +676,15 @@ DIM_NAMES = {1: "len", 2: "height", 3: "width"}
 MAX_ELEMENTS = 1 << 16  # per value at batch 1: keeps a graph's build and run well under a second
 
 
-def random_case(seed: int) -> tuple[onnx.ModelProto, dict[str, list[int]]]:
-    """The seed's model and its input's shape at each profile level."""
+def random_case(seed: int) -> tuple[onnx.ModelProto, dict[str, dict[str, list[int]]]]:
+    """The seed's model and its inputs' shapes at each profile level."""
     rng = np.random.default_rng(seed)
     g = Graph(rng)
     start, varying = START_SHAPES[rng.integers(len(START_SHAPES))]
     varying = varying if rng.integers(2) else set()
     g.shapes["x"], g.dyn["x"] = start, frozenset(varying)
+    if len(start) == 3 and rng.integers(2):  # a sequence may come with its attention mask
+        g.mask_length, g.mask_varies = start[1], 1 in varying
     current = "x"
     for _ in range(int(rng.integers(3, 17))):
         if len(g.nodes) > 1 and rng.integers(4) == 0:  # branch off an earlier value
@@ -628,12 +711,17 @@ def random_case(seed: int) -> tuple[onnx.ModelProto, dict[str, list[int]]]:
         return ["batch", *(f"{name}_{a}" if a in g.dyn[name] else d for a, d in enumerate(g.shapes[name]) if a)]
 
     inputs = [info("x", ["batch", *(DIM_NAMES[a] if a in varying else d for a, d in enumerate(start) if a)])]
+    if g.mask_used:
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT64,
+                                                    ["batch", DIM_NAMES[1] if g.mask_varies else g.mask_length]))
     graph = helper.make_graph(g.nodes, f"fuzz_{seed}", inputs, [info(o, output_dims(o)) for o in outputs],
                               [numpy_helper.from_array(v, k) for k, v in g.inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model, full_check=True)
-    levels = {level: [BATCHES[level], *(d + AXIS_LEVELS[level] if a in varying else d for a, d in enumerate(start) if a)]
-              for level in BATCHES}
+    levels = {}
+    for level in BATCHES:
+        x = [BATCHES[level], *(d + AXIS_LEVELS[level] if a in varying else d for a, d in enumerate(start) if a)]
+        levels[level] = {"x": x, **({"mask": x[:2]} if g.mask_used else {})}
     return model, levels
 
 
@@ -641,8 +729,15 @@ def random_model(seed: int) -> onnx.ModelProto:
     return random_case(seed)[0]
 
 
-def _feeds(shape: list[int], seed: int) -> dict:
-    return {"x": np.random.default_rng(seed).standard_normal(shape).astype(F32)}
+def _feeds(shapes: dict[str, list[int]], seed: int) -> dict:
+    """x normal; a mask of ones and zeros whose rows each keep their first position."""
+    rng = np.random.default_rng(seed)
+    feeds = {"x": rng.standard_normal(shapes["x"]).astype(F32)}
+    if "mask" in shapes:
+        mask = rng.integers(0, 2, size=shapes["mask"]).astype(np.int64)
+        mask[:, 0] = 1
+        feeds["mask"] = mask
+    return feeds
 
 
 def as_double(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -715,7 +810,7 @@ def run_double(model: onnx.ModelProto, feeds_by_level: dict) -> tuple[dict | Non
     for in_float32 in range(64):
         try:
             session = ort_session(double)
-            return {level: session.run(names, {k: v.astype(np.float64) for k, v in feeds.items()})
+            return {level: session.run(names, {k: v.astype(np.float64) if v.dtype == F32 else v for k, v in feeds.items()})
                     for level, feeds in feeds_by_level.items()}, in_float32
         except Exception as exc:  # noqa: BLE001 - onnxruntime names the node it has no kernel for
             found = re.search(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'", str(exc))
@@ -815,7 +910,8 @@ def check_seed(seed: int, folder: Path) -> dict:
         judge(f"optimize_{level}", level, session.run(names, _feeds(shape, seed)))
     path, profile, plan = folder / "model.onnx", folder / "profile.yaml", folder / "plan.bin"
     onnx.save(model, path)
-    profile.write_text(yaml.safe_dump({"inputs": {"x": levels}}))
+    profile.write_text(yaml.safe_dump({"inputs": {name: {level: shapes[name] for level, shapes in levels.items()}
+                                                  for name in levels["opt"]}}))
     options = BuildOptions(cache_dir=folder / "cache", use_cache=False, show_progress=False, allow_fallback=False)
     try:
         build(str(path), str(profile), str(plan), options)
@@ -859,7 +955,8 @@ def main() -> int:
                 args.keep.mkdir(parents=True, exist_ok=True)
                 model, levels = random_case(seed)
                 onnx.save(model, args.keep / f"fuzz_{seed}.onnx")
-                (args.keep / f"fuzz_{seed}.yaml").write_text(json.dumps({"inputs": {"x": levels}}))
+                (args.keep / f"fuzz_{seed}.yaml").write_text(json.dumps({"inputs": {
+                    name: {level: shapes[name] for level, shapes in levels.items()} for name in levels["opt"]}}))
         failures += bool(bad)
         if args.json:
             print(json.dumps({k: v for k, v in result.items() if k != "trace"}), flush=True)
