@@ -87,8 +87,20 @@ def opset_of(graph: gs.Graph, domain: str = "") -> int:
 
 
 def all_graphs(graph: gs.Graph) -> list[gs.Graph]:
-    """The main graph followed by every nested subgraph (If/Loop/Scan bodies), outermost first."""
-    return [graph] + list(graph.subgraphs(recursive=True))
+    """The main graph followed by every nested subgraph (If/Loop/Scan bodies), each before the
+    graphs inside it. A plain loop over the attributes: gs's Node.subgraphs generator cost 12 us a
+    node, 11 of the 93 s `optimize` took on a 6,700-node decoder that has no subgraph at all."""
+    found = []
+
+    def visit(g: gs.Graph) -> None:
+        found.append(g)
+        for node in g.nodes:
+            for value in node.attrs.values():
+                if isinstance(value, gs.Graph):
+                    visit(value)
+
+    visit(graph)
+    return found
 
 
 def const_value(tensor: gs.Tensor | None) -> np.ndarray | None:

@@ -71,8 +71,9 @@ def infer_scoped_shapes(graph: gs.Graph) -> dict[tuple, dict[str, tuple]]:
         filled.update(length_shapes(inferred, known))
         if not filled:
             break
+        elem_type = _elem_types(inferred)
         for name, dims in filled.items():
-            given[name] = onnx.helper.make_tensor_value_info(name, _elem_type(inferred, name), dims)
+            given[name] = onnx.helper.make_tensor_value_info(name, elem_type(name), dims)
         del model.graph.value_info[:]
         model.graph.value_info.extend(given.values())
         inferred = _run_inference(model)
@@ -152,17 +153,22 @@ def _known_dims(model: onnx.ModelProto) -> dict[str, list | None]:
     return known
 
 
-def _elem_type(model: onnx.ModelProto, name: str) -> int:
-    """The element type onnx inferred for `name` (Reshape keeps its input's), 0 when unknown."""
+def _elem_types(model: onnx.ModelProto):
+    """name -> the element type onnx inferred for it (Reshape keeps its input's), 0 when unknown;
+    the tables built once for all the names a round fills."""
     graph = model.graph
-    for value in list(graph.value_info) + list(graph.output):
-        if value.name == name:
-            return value.type.tensor_type.elem_type
+    inferred = {v.name: v.type.tensor_type.elem_type for v in reversed(list(graph.value_info) + list(graph.output))}
     producers = {o: n for n in graph.node for o in n.output}
-    source = producers[name].input[0] if name in producers else None
     known = {v.name: v.type.tensor_type.elem_type for v in list(graph.input) + list(graph.value_info)}
     known.update({t.name: t.data_type for t in graph.initializer})
-    return known.get(source, 0)
+
+    def elem_type(name: str) -> int:
+        if name in inferred:
+            return inferred[name]
+        source = producers[name].input[0] if name in producers else None
+        return known.get(source, 0)
+
+    return elem_type
 
 
 Scope = tuple  # a subgraph's path from the main graph: ((node index, attribute name[, index]), ...)
