@@ -646,6 +646,34 @@ def _masked_fill(g, x, s):
     return g.node("Where", [keep, x, g.const(np.array(0.0 if g.rng.integers(2) else -1e4, F32))], s)
 
 
+BRANCH_OPS = ("relu", "sigmoid", "tanh", "add", "mul", "gelu", "silu", "softmax", "layernorm", "abs", "leaky",
+              "hardswish", "powers", "clip", "rmsnorm")
+
+
+def _if(g, x, s):
+    """If on a value-dependent condition, each branch a short chain over x (an outer value); with
+    even odds both branches name their output alike, as Optimum's merged decoders do."""
+    total = g.shape_node("ReduceSum", [x], keepdims=0)
+    cond = g.shape_node("Greater", [total, g.const(np.array(0.0, F32))])
+    shared = f"{g.name('branch')}_out" if g.rng.integers(2) else None
+    branches = []
+    for k in range(2):
+        start, known = len(g.nodes), set(g.shapes)
+        y = x
+        for _ in range(int(g.rng.integers(1, 4))):
+            made = OPS[str(g.rng.choice(BRANCH_OPS))][1](g, y, s)
+            if made is not None and g.shapes[made] == tuple(s):
+                y = made
+        inner = g.nodes[start:]
+        del g.nodes[start:]
+        for name in set(g.shapes) - known:  # the branch's values are not the main graph's
+            del g.shapes[name], g.dyn[name]
+        out = shared or g.name(f"branch{k}_out")
+        inner.append(helper.make_node("Identity", [y], [out], name=out))
+        branches.append(helper.make_graph(inner, f"branch{k}", [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)]))
+    return g.node("If", [cond], s, g.dyn[x], then_branch=branches[0], else_branch=branches[1])
+
+
 ANY = (2, 3, 4)
 OPS = {
     "relu": (ANY, _unary("Relu")), "sigmoid": (ANY, _unary("Sigmoid")), "tanh": (ANY, _unary("Tanh")),
@@ -668,6 +696,7 @@ OPS = {
     "powers": (ANY, _powers), "depth_space": ((4,), _depth_space), "reduce_spatial": ((4,), _reduce_spatial),
     "conv1d": ((3,), _conv1d), "gelu_tanh": (ANY, _gelu_tanh), "rmsnorm": (ANY, _rmsnorm), "cumsum": (ANY, _cumsum),
     "topk": (ANY, _topk), "mha": ((3,), _mha), "mha2": ((3,), _mha), "masked_fill": ((3,), _masked_fill),
+    "if": (ANY, _if),
 }
 # (shape at the opt level, the axes that may vary): images of any height and width, sequences of any length
 START_SHAPES = (((1, 6, 10, 12), {2, 3}), ((1, 4, 8, 8), {2, 3}), ((1, 12, 16), {1}), ((1, 7, 24), {1}), ((1, 20), set()))
@@ -746,20 +775,27 @@ def as_double(model: onnx.ModelProto) -> onnx.ModelProto:
     double = onnx.ModelProto()
     double.CopyFrom(model)
     graph = double.graph
-    for value in [*graph.input, *graph.output, *graph.value_info]:
-        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
-            value.type.tensor_type.elem_type = TensorProto.DOUBLE
+    _value_types_to_double(graph)
     float_only = {n.input[2] for n in graph.node if n.op_type == "Resize" and len(n.input) > 2}  # scales
     for index, tensor in enumerate(graph.initializer):
         if tensor.data_type == TensorProto.FLOAT and tensor.name not in float_only:
             graph.initializer[index].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float64),
                                                                       tensor.name))
+    _decompose_instance_norms(double)
+    return double
+
+
+def _value_types_to_double(graph: onnx.GraphProto) -> None:
+    """Declared float32 values and Casts to float32 as float64, in If branches too."""
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
+            value.type.tensor_type.elem_type = TensorProto.DOUBLE
     for node in graph.node:
         for attr in node.attribute:
             if node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.FLOAT:
                 attr.i = TensorProto.DOUBLE
-    _decompose_instance_norms(double)
-    return double
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _value_types_to_double(attr.g)
 
 
 def _decompose_instance_norms(model: onnx.ModelProto) -> None:
