@@ -57,6 +57,7 @@ class Graph:
     mask_length: int | None = None  # an attention mask input [batch, length] the graph may take
     mask_varies: bool = False
     mask_used: bool = False
+    ids_used: bool = False  # token ids [batch, length] beside the mask
 
     def name(self, stem: str) -> str:
         self.count += 1
@@ -646,6 +647,30 @@ def _masked_fill(g, x, s):
     return g.node("Where", [keep, x, g.const(np.array(0.0 if g.rng.integers(2) else -1e4, F32))], s)
 
 
+VOCAB, MAX_POSITIONS = 50, 32
+
+
+def _embeddings(g, x, s):
+    """x plus token and position embeddings read off an int64 ids input, positions either gathered
+    at Range(0, seq) of the ids' Shape (TorchScript) or sliced as table[:seq] (dynamo)."""
+    if len(s) != 3 or not g.fixed(x, -1) or not _fits_mask(g, x, s):
+        return None
+    g.ids_used = True
+    d = s[2]
+    tokens = g.node("Gather", [g.weight(VOCAB, d, scale=1.0), "ids"], s, g.dyn[x], axis=0)
+    length = g.shape_node("Gather", [g.shape_node("Shape", ["ids"]), g.const(np.array(1, np.int64))], axis=0)
+    table = g.weight(MAX_POSITIONS, d, scale=1.0)
+    if g.rng.integers(2):
+        positions = g.shape_node("Range", [g.const(np.array(0, np.int64)), length, g.const(np.array(1, np.int64))])
+        pos = g.node("Gather", [table, positions], (s[1], d), {0} if 1 in g.dyn[x] else set(), axis=0)
+    else:
+        end = g.shape_node("Unsqueeze", [length, g.const(np.array([0], np.int64), "axes")])
+        pos = g.node("Slice", [table, g.const(np.array([0], np.int64)), end, g.const(np.array([0], np.int64))],
+                     (s[1], d), {0} if 1 in g.dyn[x] else set())
+    del g.shapes[pos], g.dyn[pos]  # rank 2 without a batch: not for the other ops
+    return g.node("Add", [x, g.node("Add", [tokens, pos], s, g.dyn[x])], s, g.dyn[x])
+
+
 BRANCH_OPS = ("relu", "sigmoid", "tanh", "add", "mul", "gelu", "silu", "softmax", "layernorm", "abs", "leaky",
               "hardswish", "powers", "clip", "rmsnorm")
 
@@ -696,7 +721,7 @@ OPS = {
     "powers": (ANY, _powers), "depth_space": ((4,), _depth_space), "reduce_spatial": ((4,), _reduce_spatial),
     "conv1d": ((3,), _conv1d), "gelu_tanh": (ANY, _gelu_tanh), "rmsnorm": (ANY, _rmsnorm), "cumsum": (ANY, _cumsum),
     "topk": (ANY, _topk), "mha": ((3,), _mha), "mha2": ((3,), _mha), "masked_fill": ((3,), _masked_fill),
-    "if": (ANY, _if),
+    "if": (ANY, _if), "embeddings": ((3,), _embeddings), "embeddings2": ((3,), _embeddings),
 }
 # (shape at the opt level, the axes that may vary): images of any height and width, sequences of any length
 START_SHAPES = (((1, 6, 10, 12), {2, 3}), ((1, 4, 8, 8), {2, 3}), ((1, 12, 16), {1}), ((1, 7, 24), {1}), ((1, 20), set()))
@@ -740,9 +765,10 @@ def random_case(seed: int) -> tuple[onnx.ModelProto, dict[str, dict[str, list[in
         return ["batch", *(f"{name}_{a}" if a in g.dyn[name] else d for a, d in enumerate(g.shapes[name]) if a)]
 
     inputs = [info("x", ["batch", *(DIM_NAMES[a] if a in varying else d for a, d in enumerate(start) if a)])]
-    if g.mask_used:
-        inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT64,
-                                                    ["batch", DIM_NAMES[1] if g.mask_varies else g.mask_length]))
+    for name, used in (("mask", g.mask_used), ("ids", g.ids_used)):
+        if used:
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.INT64,
+                                                        ["batch", DIM_NAMES[1] if g.mask_varies else g.mask_length]))
     graph = helper.make_graph(g.nodes, f"fuzz_{seed}", inputs, [info(o, output_dims(o)) for o in outputs],
                               [numpy_helper.from_array(v, k) for k, v in g.inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
@@ -750,7 +776,7 @@ def random_case(seed: int) -> tuple[onnx.ModelProto, dict[str, dict[str, list[in
     levels = {}
     for level in BATCHES:
         x = [BATCHES[level], *(d + AXIS_LEVELS[level] if a in varying else d for a, d in enumerate(start) if a)]
-        levels[level] = {"x": x, **({"mask": x[:2]} if g.mask_used else {})}
+        levels[level] = {"x": x, **({"mask": x[:2]} if g.mask_used else {}), **({"ids": x[:2]} if g.ids_used else {})}
     return model, levels
 
 
@@ -766,6 +792,8 @@ def _feeds(shapes: dict[str, list[int]], seed: int) -> dict:
         mask = rng.integers(0, 2, size=shapes["mask"]).astype(np.int64)
         mask[:, 0] = 1
         feeds["mask"] = mask
+    if "ids" in shapes:
+        feeds["ids"] = rng.integers(0, VOCAB, size=shapes["ids"]).astype(np.int64)
     return feeds
 
 

@@ -87,6 +87,7 @@ class RewritePass:
         num_changes = 0
         for g in all_graphs(graph):
             removed: set[int] = set()
+            local = {id(n) for n in g.nodes}  # grows with the rewrites' nodes
             for node in list(g.nodes):
                 if id(node) in removed:
                     continue
@@ -94,7 +95,7 @@ class RewritePass:
                 for rule in self.rules:
                     if node.op not in rule.pattern.op_types:
                         continue
-                    consumed, reason = self._try(rule, g, node, names, stats)
+                    consumed, reason = self._try(rule, g, node, names, stats, local)
                     if consumed:
                         removed.update(id(n) for n in consumed)
                         num_changes += 1
@@ -108,19 +109,28 @@ class RewritePass:
                 g.cleanup(remove_unused_graph_inputs=False).toposort()
         return num_changes
 
-    def _try(self, rule: Rule, g: gs.Graph, node: gs.Node, names: NameGen, stats: PassStats):
+    def _try(self, rule: Rule, g: gs.Graph, node: gs.Node, names: NameGen, stats: PassStats, local: set[int]):
         first_reason = None
         for bindings in match_node(rule.pattern, node, Bindings()):
             m = Match(g, node, rule.pattern, bindings, names)
-            reason = _escaping_interior(m, rule) or rule.check(m)
+            reason = _outside_graph(m, local) or _escaping_interior(m, rule) or rule.check(m)
             if reason == NOT_APPLICABLE:
                 continue
             if reason is None:
-                _splice(m, rule)
+                local.update(id(n) for n in _splice(m, rule))
                 stats.record_match(rule.name)
                 return m.nodes, None
             first_reason = first_reason or reason
         return None, first_reason
+
+
+def _outside_graph(m: Match, local: set[int]) -> str | None:
+    """A subgraph's pattern may read an enclosing graph's values but not take its nodes: rewritten
+    from inside, the outer node's other readers (out of the subgraph's sight) would lose their
+    value (a LayerNormalization in an If branch fused with the Add before the If)."""
+    if any(id(n) not in local for n in m.nodes):
+        return "the pattern reaches into an enclosing graph"
+    return None
 
 
 def _escaping_interior(m: Match, rule: Rule) -> str | None:
@@ -137,7 +147,7 @@ def _escaping_interior(m: Match, rule: Rule) -> str | None:
     return None
 
 
-def _splice(m: Match, rule: Rule) -> None:
+def _splice(m: Match, rule: Rule) -> list[gs.Node]:
     for name in rule.exposed:
         if name in m._by_name:
             m.exposed[name] = list(m.node(name).outputs)
@@ -152,3 +162,4 @@ def _splice(m: Match, rule: Rule) -> None:
         node.inputs.clear()
         node.outputs.clear()
     m.graph.nodes.extend(new_nodes)
+    return new_nodes

@@ -69,3 +69,25 @@ def test_same_capture_name_must_bind_same_value():
     model = make_model(nodes, [("x", F32, [4]), ("w", F32, [4])], [("y", F32, [4])])
     rule = Rule("square", op.Mul(var("x"), var("x")), lambda m: [gs.Node("Neg", inputs=[m["x"]], outputs=m.outputs)])
     assert rule_stats(run_rules(model, [rule]), "square")[0] == 0
+
+
+def test_a_pattern_in_an_if_branch_does_not_take_a_node_of_the_main_graph():
+    # the Add before the If also feeds a ReduceSum out of the branch's sight: fused from inside the
+    # branch, it was deleted and the ReduceSum read nothing (found by scripts/fuzz_graphs.py)
+    from onnx import TensorProto
+
+    def branch(name, op_type):
+        return helper.make_graph([helper.make_node(op_type, ["s"], [f"{name}_out"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, [2, 3])])
+
+    nodes = [helper.make_node("Add", ["x", "c"], ["s"]),
+             helper.make_node("ReduceSum", ["s"], ["total"], keepdims=0),
+             helper.make_node("Greater", ["total", "zero"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=branch("then", "Relu"), else_branch=branch("else", "Neg"))]
+    model = make_model(nodes, [("x", F32, [2, 3])], [("y", F32, [2, 3]), ("total", F32, [])],
+                       {"c": np.arange(3, dtype=F32), "zero": np.array(0.0, F32)})
+    result = run_rules(model, [_relu_of_add_rule()])
+    matched, rejected = rule_stats(result, "add_relu")
+    assert matched == 0 and rejected == {"the pattern reaches into an enclosing graph": 1}
+    for x in (np.ones((2, 3), F32), -np.ones((2, 3), F32) * 5):
+        assert_matches_ort(model, result.model, feeds={"x": x})
