@@ -678,7 +678,9 @@ BRANCH_OPS = ("relu", "sigmoid", "tanh", "add", "mul", "gelu", "silu", "softmax"
 def _if(g, x, s):
     """If on a value-dependent condition, each branch a short chain over x (an outer value); with
     even odds both branches name their output alike, as Optimum's merged decoders do."""
-    total = g.shape_node("ReduceSum", [x], keepdims=0)
+    # on the graph input: a sum of intermediate values can sit within rounding of 0 (a normalized
+    # row sums to 0), and then infc and onnxruntime rightly take different branches
+    total = g.shape_node("ReduceSum", ["x"], keepdims=0)
     cond = g.shape_node("Greater", [total, g.const(np.array(0.0, F32))])
     shared = f"{g.name('branch')}_out" if g.rng.integers(2) else None
     branches = []
