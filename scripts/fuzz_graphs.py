@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.version_converter
 from onnx import TensorProto, helper, numpy_helper
 
 os.environ.setdefault("INFC_WHOLE_MODEL", "0")  # infc's own kernels, not onnxruntime on the whole model
@@ -773,6 +774,9 @@ def random_case(seed: int) -> tuple[onnx.ModelProto, dict[str, dict[str, list[in
                               [numpy_helper.from_array(v, k) for k, v in g.inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model, full_check=True)
+    if seed % 2:  # odd seeds at opset 18, as dynamo writes it: reductions' axes, Split, Pad and Resize as inputs
+        model = onnx.version_converter.convert_version(model, 18)
+        onnx.checker.check_model(model, full_check=True)
     levels = {}
     for level in BATCHES:
         x = [BATCHES[level], *(d + AXIS_LEVELS[level] if a in varying else d for a, d in enumerate(start) if a)]
@@ -843,10 +847,19 @@ def _decompose_instance_norms(model: onnx.ModelProto) -> None:
         channel = numpy_helper.from_array(np.array([-1] + [1] * (rank - 2), np.int64), f"{stem}/channel")
         epsilon = numpy_helper.from_array(np.array(eps, np.float64), f"{stem}/eps")
         model.graph.initializer.extend([channel, epsilon])
-        nodes += [helper.make_node("ReduceMean", [x], [f"{stem}/mean"], axes=axes),
+        opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+        if opset >= 18:  # axes an input
+            model.graph.initializer.append(numpy_helper.from_array(np.array(axes, np.int64), f"{stem}/axes"))
+
+        def reduce_mean(x_in, out):
+            if opset >= 18:
+                return helper.make_node("ReduceMean", [x_in, f"{stem}/axes"], [out])
+            return helper.make_node("ReduceMean", [x_in], [out], axes=axes)
+
+        nodes += [reduce_mean(x, f"{stem}/mean"),
                   helper.make_node("Sub", [x, f"{stem}/mean"], [f"{stem}/centered"]),
                   helper.make_node("Mul", [f"{stem}/centered", f"{stem}/centered"], [f"{stem}/square"]),
-                  helper.make_node("ReduceMean", [f"{stem}/square"], [f"{stem}/var"], axes=axes),
+                  reduce_mean(f"{stem}/square", f"{stem}/var"),
                   helper.make_node("Add", [f"{stem}/var", epsilon.name], [f"{stem}/var_eps"]),
                   helper.make_node("Sqrt", [f"{stem}/var_eps"], [f"{stem}/std"]),
                   helper.make_node("Div", [f"{stem}/centered", f"{stem}/std"], [f"{stem}/normed"]),
