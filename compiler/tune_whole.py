@@ -30,6 +30,7 @@ import onnx
 
 from .child_run import CHILD_TIMEOUT_S, run_in_child
 from .lower import ISLAND_OP, Program
+from .runtime.conv_sum_form import with_conv_sums_unfused
 
 WHOLE = "onnxruntime-whole-model"  # the variant's label in the check and the timing cache
 WHOLE_KEEP = frozenset({-1})  # its stand-in for a set of marked steps
@@ -138,7 +139,7 @@ def whole_model_bytes(model: onnx.ModelProto | None) -> bytes | None:
         return None
     if any(not value.type.HasField("tensor_type") for value in [*model.graph.input, *model.graph.output]):
         return None  # plans hold tensors (sequences and maps are refused elsewhere)
-    return model.SerializeToString()
+    return with_conv_sums_unfused(model).SerializeToString()  # onnxruntime's NCHWc form (conv_sum_form.py)
 
 
 def whole_step(program: Program) -> dict:
