@@ -26,7 +26,8 @@ def offered(monkeypatch):
 
 def test_the_whole_model_is_kept_only_by_its_margin():
     assert tune_whole.wins({"none": 1.0, "all": 0.8, tune_whole.WHOLE: 0.7})
-    assert not tune_whole.wins({"none": 1.0, "all": 0.75, tune_whole.WHOLE: 0.7})  # within 10% of infc's best
+    assert tune_whole.wins({"none": 1.0, "all": 0.397, tune_whole.WHOLE: 0.362})  # RegNetY's race: 9% is a lead
+    assert not tune_whole.wins({"none": 1.0, "all": 0.71, tune_whole.WHOLE: 0.7})  # within the race's noise
     assert not tune_whole.wins({"none": 1.0})  # not raced (refused by onnxruntime, or not offered)
 
 
