@@ -45,3 +45,22 @@ def test_a_variant_that_rounds_otherwise_is_kept_when_as_close_to_fp32(monkeypat
     # farther from fp32 than the program (here: the program is the fp32 answer): refused, and why
     (reason,) = refused(fp32_reference={"y": true_fp32["y"] * 1.1})
     assert reason.endswith("of the largest output from fp32, where infc's program is 0")  # its fp32 answer here
+
+
+def test_the_race_gives_the_time_of_dropped_variants_to_the_close_ones():
+    """tune_context.race: the deadline is fixed when the race starts (budget per variant raced)."""
+    now = [0.0]
+
+    class Variant:
+        def __init__(self, seconds):
+            self.seconds = seconds
+
+        def run(self, feeds):
+            now[0] += self.seconds
+
+    sides = {"none": Variant(1.0), "close_a": Variant(0.5), "close_b": Variant(0.51),
+             **{f"slow{i}": Variant(2.0) for i in range(5)}}
+    times = tune_context.race(sides, {}, budget_s=10.0, clock=lambda: now[0])
+    assert all(len(times[f"slow{i}"]) == tune_context.CONFIRM_MIN_RUNS for i in range(5))  # dropped after the minimum
+    assert len(times["close_a"]) == len(times["close_b"]) == len(times["none"]) > 2 * tune_context.CONFIRM_MIN_RUNS
+    assert now[0] <= 10.0 * len(sides) + 2.01  # the budget, and at most one round past it

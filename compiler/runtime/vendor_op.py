@@ -28,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+from .conv_sum_form import conv_sum_nodes, has_sum
 from .ort_crashes import optimizers_to_disable
 
 TACTIC = "onnxruntime"
@@ -258,6 +259,10 @@ def _onnx_nodes(member: dict, names: list[str], decode, opset: int) -> list:
                 helper.make_node(activation["op"], [gate], [f"{out}::gated.act"], domain="com.microsoft",
                                  **{k: _attr(v) for k, v in activation["attrs"].items()}),
                 helper.make_node("Mul", [f"{out}::gated.act", up], [out])]
+    if has_sum(member["op"], key[0], names):  # onnxruntime blocks it to NCHWc only as Conv + Add (conv_sum_form.py)
+        unfused = conv_sum_nodes(names, member["outputs"][0], decode(member.get("attrs") or {}), member.get("name", ""))
+        if unfused is not None:
+            return unfused
     if key != CHAIN:
         domain, op, _, keeps_attrs = _form(member)
         attrs = _node_attrs(member.get("attrs") or {}, decode) if keeps_attrs else {}
