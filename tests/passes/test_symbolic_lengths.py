@@ -106,3 +106,14 @@ def test_a_trim_of_the_last_frame_shortens_the_length_by_one():
                        consts, opset=18)
     found = infer_shapes(gs.import_onnx(model))
     assert found["c"][1] == ["batch", 1, "len+1"] and found["trimmed"][1] == ["batch", 1, "len"]
+
+
+def test_a_prefix_slice_to_its_own_length_keeps_every_dim():
+    """rel_pos[:query_size, :] (DeBERTa): Slice(x, 0, Shape(x)[0]) along axis 0 keeps x's shape; onnx
+    drops all dims when an end is not a constant."""
+    n = helper.make_node
+    nodes = [n("Shape", ["x"], ["rows"], start=0, end=1), n("Slice", ["x", "zero1", "rows", "zero1", "one1"], ["y"]),
+             n("Identity", ["y"], ["out"])]
+    inits = {"zero1": np.array([0], np.int64), "one1": np.array([1], np.int64)}
+    model = make_model(nodes, [("x", np.float32, ["n", "m"])], [("out", np.float32, [None, None])], inits)
+    assert infer_shapes(gs.import_onnx(model))["y"][1] == ["n", "m"]

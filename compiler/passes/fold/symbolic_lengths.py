@@ -70,7 +70,8 @@ def _window(node, src: list[Dim] | None, consts, known, out: list[Dim]) -> list[
 
 def _trim(node, src: list[Dim] | None, values, out: list[Dim]) -> list[Dim] | None:
     """Slice(x, [start], [end], [axis]) with step 1, start >= 0 and end negative or to the end: the
-    axis' length minus what it cuts (wav2vec2's positional conv drops its last frame)."""
+    axis' length minus what it cuts (wav2vec2's positional conv drops its last frame); or
+    Slice(x, [0], [n]) along an axis of length n, which keeps it whole."""
     if src is None or len(src) != len(out) or len(node.input) < 3:
         return None
     starts, ends = values.get(node.input[1]), values.get(node.input[2])
@@ -80,10 +81,15 @@ def _trim(node, src: list[Dim] | None, values, out: list[Dim]) -> list[Dim] | No
         return None
     axis = (axes or [0])[0]
     start, end = starts[0], ends[0]
-    if not isinstance(axis, int) or not isinstance(start, int) or not isinstance(end, int) or start < 0:
+    if not isinstance(axis, int) or not isinstance(start, int) or start < 0:
         return None
     axis %= len(src)
-    if is_named(out[axis]) or isinstance(out[axis], int) or not (end < 0 or end >= BIG):
+    if is_named(out[axis]) or isinstance(out[axis], int):
+        return None
+    if is_named(end) and end == src[axis]:  # x[:n] of an axis of length n (DeBERTa's rel_pos[:query_size, :]);
+        # the other axes are not cut (onnx's inference drops them all when an end is not constant)
+        return list(src) if start == 0 else None
+    if not isinstance(end, int) or not (end < 0 or end >= BIG):
         return None
     length = shifted(src[axis], -start + (end if end < 0 else 0))
     return [length if a == axis else d for a, d in enumerate(out)] if length is not None else None
