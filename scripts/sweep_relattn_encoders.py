@@ -6,17 +6,22 @@ Softmax count, the largest relative difference from onnxruntime, and the attenti
 Needs torch, transformers and onnxscript (not infc dependencies); writes ts_NAME.onnx / d_NAME.onnx
 and their .opt.onnx in the current folder.
 
-    python scripts/sweep_relattn_encoders.py [--exporter ts|dynamo|both] [NAME ...]
+    python scripts/sweep_relattn_encoders.py [--exporter ts|dynamo|both] [--wide] [--no-optimize] [NAME ...]
+
+--wide: 4 layers of hidden 256 (for timing against onnxruntime) instead of 2 of 64; files get a _w suffix.
 """
-import argparse, json, subprocess, warnings, torch, onnx, transformers as T
+import argparse, json, subprocess, sys, warnings, torch, onnx, transformers as T
 
 warnings.filterwarnings("ignore")
-small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+WIDE = "--wide" in sys.argv
+HIDDEN, LAYERS = (256, 4) if WIDE else (64, 2)
+small = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=4, intermediate_size=2 * HIDDEN)
 speech = dict(small, conv_dim=(32, 32, 32), conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
               num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
 deberta_v3 = dict(small, vocab_size=100, relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=256,
                   norm_rel_ebd="layer_norm", share_att_key=True, max_relative_positions=-1)
-t5 = dict(vocab_size=100, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4, decoder_start_token_id=0)
+t5 = dict(vocab_size=100, d_model=HIDDEN, d_kv=HIDDEN // 4, d_ff=2 * HIDDEN, num_layers=LAYERS, num_heads=4,
+          decoder_start_token_id=0)
 text = lambda s=12: {"input_ids": torch.randint(0, 90, (2, s)), "attention_mask": torch.ones(2, s, dtype=torch.long)}
 text_dyn = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
 audio = lambda: {"input_values": torch.randn(2, 4000)}
@@ -46,14 +51,14 @@ CASES = {
     "wavlm": (lambda: T.WavLMModel(T.WavLMConfig(**speech)), audio, audio_dyn),
     "t5_enc": (lambda: T.T5EncoderModel(T.T5Config(**t5)), text, text_dyn),
     "t5_dec": (lambda: T5Decoder(T.T5Model(T.T5Config(**t5))),
-               lambda: {"input_ids": torch.randint(0, 90, (2, 5)), "encoder_hidden_states": torch.randn(2, 12, 64),
+               lambda: {"input_ids": torch.randint(0, 90, (2, 5)), "encoder_hidden_states": torch.randn(2, 12, HIDDEN),
                         "encoder_attention_mask": torch.ones(2, 12, dtype=torch.long)},
                {"input_ids": {0: "batch", 1: "dec_seq"}, "encoder_hidden_states": {0: "batch", 1: "seq"},
                 "encoder_attention_mask": {0: "batch", 1: "seq"}}),
     "t5": (lambda: T.T5Model(T.T5Config(**t5)), seq2seq, seq2seq_dyn),
     "mpnet": (lambda: T.MPNetModel(T.MPNetConfig(vocab_size=100, **small)), text, text_dyn),
-    "funnel": (lambda: T.FunnelBaseModel(T.FunnelConfig(vocab_size=100, block_sizes=[1, 1], d_model=64, n_head=4, d_head=16,
-                                                        d_inner=128)), text, text_dyn),
+    "funnel": (lambda: T.FunnelBaseModel(T.FunnelConfig(vocab_size=100, block_sizes=[1, 1], d_model=HIDDEN, n_head=4,
+                                                        d_head=HIDDEN // 4, d_inner=2 * HIDDEN)), text, text_dyn),
 }
 
 
@@ -61,7 +66,7 @@ def export(name: str, exporter: str) -> str:
     make, inputs, dyn = CASES[name]
     torch.manual_seed(0)
     model, kw = make().eval(), inputs()
-    path = f"{'d' if exporter == 'dynamo' else 'ts'}_{name}.onnx"
+    path = f"{'d' if exporter == 'dynamo' else 'ts'}_{name}{'_w' if WIDE else ''}.onnx"
     with torch.no_grad():
         if exporter == "dynamo":
             torch.onnx.export(model, (), path, kwargs=kw, input_names=list(kw), dynamic_axes=dyn, dynamo=True, opset_version=18)
@@ -74,6 +79,8 @@ def export(name: str, exporter: str) -> str:
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--exporter", choices=("ts", "dynamo", "both"), default="both")
+    ap.add_argument("--wide", action="store_true")
+    ap.add_argument("--no-optimize", action="store_true")
     ap.add_argument("names", nargs="*")
     args = ap.parse_args()
     for name in args.names or list(CASES):
@@ -82,6 +89,9 @@ def main():
                 path = export(name, exporter)
             except Exception as e:
                 print(name, exporter, "EXPORT FAIL", str(e).splitlines()[0][:150], flush=True)
+                continue
+            if args.no_optimize:
+                print(name, exporter, "exported", path, flush=True)
                 continue
             softmaxes = sum(n.op_type == "Softmax" for n in onnx.load(path).graph.node)
             out = path.replace(".onnx", ".opt.onnx")
