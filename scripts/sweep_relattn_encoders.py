@@ -40,6 +40,51 @@ class T5Decoder(torch.nn.Module):  # the decoder alone, as Optimum exports it (n
                                   encoder_attention_mask=encoder_attention_mask, use_cache=False).last_hidden_state
 
 
+class T5Whole(torch.nn.Module):  # encoder and decoder in one graph: the decoder's last hidden state
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, decoder_input_ids):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                          use_cache=False).last_hidden_state
+
+
+class T5DecoderWithPast(torch.nn.Module):  # one decoding step over self- and cross-attention past, as Optimum's
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, encoder_attention_mask, *past):
+        from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+        layers = self.model.config.num_layers
+        self_cache, cross_cache = DynamicCache(config=self.model.config), DynamicCache(config=self.model.config)
+        for i in range(layers):
+            self_cache.update(past[4 * i], past[4 * i + 1], i)
+            cross_cache.update(past[4 * i + 2], past[4 * i + 3], i)
+        cache = EncoderDecoderCache(self_cache, cross_cache)
+        out = self.model.decoder(input_ids=input_ids, encoder_hidden_states=past[2].transpose(1, 2).flatten(2),
+                                 encoder_attention_mask=encoder_attention_mask, past_key_values=cache, use_cache=True)
+        return out.last_hidden_state
+
+
+def _past_inputs(past_len=6, enc_len=12):
+    feeds = {"input_ids": torch.randint(0, 90, (2, 1)), "encoder_attention_mask": torch.ones(2, enc_len, dtype=torch.long)}
+    for i in range(LAYERS):
+        for kind, length in (("decoder", past_len), ("decoder", past_len), ("encoder", enc_len), ("encoder", enc_len)):
+            name = f"past_key_values.{i}.{kind}.{'key' if len([k for k in feeds if f'.{i}.{kind}' in k]) == 0 else 'value'}"
+            feeds[name] = torch.randn(2, 4, length, HIDDEN // 4)
+    return feeds
+
+
+def _past_dynamic():
+    dyn = {"input_ids": {0: "batch"}, "encoder_attention_mask": {0: "batch", 1: "enc_seq"}}
+    for name in _past_inputs():
+        if name.startswith("past"):
+            dyn[name] = {0: "batch", 2: "past_seq" if ".decoder." in name else "enc_seq"}
+    return dyn
+
+
 CASES = {
     "deberta_v2": (lambda: T.DebertaV2Model(T.DebertaV2Config(vocab_size=100, **small)), text, text_dyn),
     "deberta_v2_rel": (lambda: T.DebertaV2Model(T.DebertaV2Config(**dict(deberta_v3, position_buckets=-1, share_att_key=False,
@@ -55,7 +100,8 @@ CASES = {
                         "encoder_attention_mask": torch.ones(2, 12, dtype=torch.long)},
                {"input_ids": {0: "batch", 1: "dec_seq"}, "encoder_hidden_states": {0: "batch", 1: "seq"},
                 "encoder_attention_mask": {0: "batch", 1: "seq"}}),
-    "t5": (lambda: T.T5Model(T.T5Config(**t5)), seq2seq, seq2seq_dyn),
+    "t5_dec_past": (lambda: T5DecoderWithPast(T.T5Model(T.T5Config(**t5))), _past_inputs, _past_dynamic()),
+    "t5": (lambda: T5Whole(T.T5Model(T.T5Config(**t5))), seq2seq, seq2seq_dyn),
     "mpnet": (lambda: T.MPNetModel(T.MPNetConfig(vocab_size=100, **small)), text, text_dyn),
     "funnel": (lambda: T.FunnelBaseModel(T.FunnelConfig(vocab_size=100, block_sizes=[1, 1], d_model=HIDDEN, n_head=4,
                                                         d_head=HIDDEN // 4, d_inner=2 * HIDDEN)), text, text_dyn),

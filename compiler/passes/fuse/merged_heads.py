@@ -247,8 +247,13 @@ def _bias_view_rows(build: Builder, bias: gs.Tensor, q: gs.Tensor) -> gs.Tensor:
     rows = _bias_rows(bias, q)
     if rows is not None:
         return build.dims(q, [0, 1]) if rows == "heads" else build.const([1, 1])
+    return rows_by_count(build, bias, build.dims(q, [0, 1]))
+
+
+def rows_by_count(build: Builder, bias: gs.Tensor, batch_heads: gs.Tensor) -> gs.Tensor:
+    """(1, 1) where the 3-D bias has one row, else `batch_heads` (B, N): a (B*N)-row Add allows no other."""
     is_one = build("Equal", build.dims(bias, [0]), build.const([1]), dtype=np.bool_, shape=[1])
-    return build("Where", is_one, build.const([1, 1]), build.dims(q, [0, 1]), dtype=np.int64, shape=[2])
+    return build("Where", is_one, build.const([1, 1]), batch_heads, dtype=np.int64, shape=[2])
 
 
 def _key_length(keys: gs.Tensor) -> tuple[gs.Tensor, int] | None:
