@@ -85,6 +85,7 @@ PIPELINE: tuple[Phase, ...] = (
         Step(RewritePass("fuse_rotary", rotary.RULES), "RoPE before attention, whose Q/K inputs it feeds"),
         Step(RewritePass("unmerge_heads_scores", merged_heads.SCORES), "Q·Kᵀ over (B*N) views (Bloom) made 4-D, the form attention fusion matches"),
         Step(RewritePass("unmerge_heads_context", merged_heads.CONTEXT), "then P·V over (B*N) views, proven against those 4-D scores"),
+        Step(RewritePass("xsoftmax", score_bias.ZEROED), "DeBERTa's XSoftmax (probabilities zeroed where masked) as the NaN-guarded Softmax attention takes, before score_bias turns its masked_fill around"),
         Step(RewritePass("score_bias", score_bias.RULES), "a position bias (ALiBi) beside the mask joins it, so attention fuses with one bias"),
         Step(RewritePass("fuse_attention", attention.RULES), "before GEMM fusion so Q/K/V projections stay visible to the matcher"),
         Step(RewritePass("fuse_attention_seq_first", attention_seq_first.RULES), "torch's need_weights attention over sequence-first (B*N) views; also before GEMM fusion"),

@@ -67,3 +67,29 @@ def test_disentangled_attention_fuses_with_the_relative_scores_as_bias(is_torchs
     assert ops_of(result.model).count("MultiHeadAttention") == 1 and "Softmax" not in ops_of(result.model)
     for batch, seq, rows in [(2, 7, 2 * N), (1, 5, N), (3, 6, 1)]:  # B * N rows, and one row broadcast
         assert_matches_ort(model, result.model, feeds=_feeds(batch, seq, rows))
+
+
+def _xsoftmax_attention():
+    """DeBERTa's XSoftmax on 4-D scores: masked_fill(~mask, min), softmax, masked_fill(~mask, 0); the
+    mask (B, 1, S, T) masks padded queries' rows entirely."""
+    n = helper.make_node
+    consts = {"scale": np.array(H ** -0.5, F32), "fill": np.array(np.finfo(F32).min, F32),
+              "zero": np.array(0, F32), "merged": np.array([0, 0, N * H], np.int64)}
+    nodes = [n("MatMul", ["q", "kt"], ["s0"]), n("Mul", ["s0", "scale"], ["s"]), n("Not", ["keep"], ["masked"]),
+             n("Where", ["masked", "fill", "s"], ["w"]), n("Softmax", ["w"], ["p0"], axis=-1),
+             n("Where", ["masked", "zero", "p0"], ["p"]), n("MatMul", ["p", "v"], ["c"]),
+             n("Transpose", ["c"], ["ct"], perm=[0, 2, 1, 3]), n("Reshape", ["ct", "merged"], ["y"])]
+    inputs = [("q", F32, [2, N, 5, H]), ("kt", F32, [2, N, H, 5]), ("v", F32, [2, N, 5, H]), ("keep", np.bool_, [2, 1, 5, 5])]
+    return make_model(nodes, inputs, [("y", F32, [2, 5, N * H])], consts, opset=18)
+
+
+def test_xsoftmax_fuses_with_fully_masked_rows_exact():
+    model = _xsoftmax_attention()
+    result = optimize_model(model)
+    assert rule_stats(result, "xsoftmax_as_nan_guard")[0] == 1
+    assert ops_of(result.model).count("MultiHeadAttention") == 1 and "Softmax" not in ops_of(result.model)
+    rng = np.random.default_rng(0)
+    tokens = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], bool)  # the second sequence padded
+    feeds = {"q": rng.standard_normal((2, N, 5, H)).astype(F32), "kt": rng.standard_normal((2, N, H, 5)).astype(F32),
+             "v": rng.standard_normal((2, N, 5, H)).astype(F32), "keep": (tokens[:, None, :, None] & tokens[:, None, None, :])}
+    assert_matches_ort(model, result.model, feeds=feeds)

@@ -55,6 +55,18 @@ def _is_dim(e, x: gs.Tensor, axis: int) -> bool:
     return False
 
 
+def _entry_is_dim(reshape: gs.Node, i: int, x: gs.Tensor, axis: int) -> bool:
+    """Entry i of the Reshape's shape is provably x's dim at `axis`: read back as that dim, or computed
+    (dynamo's arithmetic) and named so in the Reshape's output by the shape walk, which evaluated it."""
+    elems, out = shape_elements(reshape.inputs[1]), reshape.outputs[0].shape
+    if i >= len(elems):
+        return False
+    if _is_dim(elems[i], x, axis):
+        return True
+    return out is not None and len(out) == len(elems) and not _is(elems[i], -1) and x.shape is not None \
+        and same_dim(out[i], x.shape[axis])
+
+
 def _scalar(t: gs.Tensor):
     value = const_value(t)
     if value is not None:
@@ -95,7 +107,7 @@ def merges_first_two(reshape: gs.Node, x: gs.Tensor, partner_rows=None) -> bool:
     elems = shape_elements(reshape.inputs[1])
     if shape_of(x, 4) is None or len(elems) != 3:
         return False
-    tail = [_is_dim(elems[1], x, 2), _is_dim(elems[2], x, 3)]
+    tail = [_entry_is_dim(reshape, i, x, i + 1) for i in (1, 2)]
     if _is_heads_product(elems[0], x) or partner_rows is not None and _same_entry(elems[0], partner_rows):
         return all(tail) or sum(tail) == 1 and any(_is(e, -1) for e in elems[1:])
     return _is(elems[0], -1) and all(tail)
@@ -107,7 +119,7 @@ def splits_first(reshape: gs.Node, x: gs.Tensor, rows: tuple[gs.Tensor, int], co
     elems = shape_elements(reshape.inputs[1])
     if len(elems) != 4 or not _is_dim(elems[1], x, 1):
         return False
-    tail = [_is_dim(elems[2], *rows), _is_dim(elems[3], *cols)]
+    tail = [_entry_is_dim(reshape, i, t, axis) for i, (t, axis) in ((2, rows), (3, cols))]
     if _is(elems[0], -1):  # (-1, B, R, C) of A*B*R*C elements: A (DeBERTa's view(-1, heads, ...))
         return all(tail)
     return _is_dim(elems[0], x, 0) and (all(tail) or sum(tail) == 1 and any(_is(e, -1) for e in elems[2:]))
@@ -164,8 +176,12 @@ ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Where", "Tanh", "Not", "Cast"}
 
 
 def _scores_product(p: gs.Tensor) -> gs.Node | None:
-    """The 4-D Q·Kᵀ MatMul that Softmax(elementwise ops of it) = p reads, when p is that."""
+    """The 4-D Q·Kᵀ MatMul that Softmax(elementwise ops of it) = p reads, when p is that (or its NaN
+    guard Where(IsNaN(p), 0, p), which keeps its shape)."""
     node = producer(p)
+    guarded = producer(node.inputs[0]) if node is not None and node.op == "Where" else None
+    if guarded is not None and guarded.op == "IsNaN" and guarded.inputs[0] is node.inputs[2]:
+        node = producer(node.inputs[2])
     if node is None or node.op != "Softmax":
         return None
     stack, seen = [node.inputs[0]], set()
@@ -283,8 +299,9 @@ def _check_context(m: Match) -> str | None:
         return "the keys' length is not provably the values'"
     s = scores.outputs[0]
     elems = shape_elements(m.node("a_flat").inputs[1])
-    is_rows = len(elems) == 3 and _is_dim(elems[1], s, 2)
-    if not (is_rows and (_is_heads_product(elems[0], s) and _is(elems[2], -1) or _is(elems[0], -1) and _is_dim(elems[2], s, 3))):
+    flat = m.node("a_flat")
+    is_rows = len(elems) == 3 and _entry_is_dim(flat, 1, s, 2)
+    if not (is_rows and (_is_heads_product(elems[0], s) and _is(elems[2], -1) or _is(elems[0], -1) and _entry_is_dim(flat, 2, s, 3))):
         return "the probabilities' Reshape is not provably (B * N, S, -1) or (-1, S, T) of the scores' dims"
     if not view.attrs.get("allowzero", 0) and any(_is(e, 0) for e in shape_elements(view.inputs[1]) or [0]):
         return "the context's Reshape may copy a dim of its 3-D input (a 0 entry)"
