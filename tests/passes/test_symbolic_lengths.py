@@ -122,3 +122,15 @@ def test_a_prefix_slice_to_its_own_length_keeps_every_dim():
     inits = {"zero1": np.array([0], np.int64), "one1": np.array([1], np.int64)}
     model = make_model(nodes, [("x", np.float32, ["n", "m"])], [("out", np.float32, [None, None])], inits)
     assert infer_shapes(gs.import_onnx(model))["y"][1] == ["n", "m"]
+
+
+def test_a_default_mask_over_computed_lengths_keeps_their_names():
+    """torch.ones(b, frames) with frames computed (SEW-D without an attention mask): ConstantOfShape's
+    output gets the shape walk's names, which onnx leaves unknown."""
+    n = helper.make_node
+    nodes = [n("Shape", ["x"], ["b"], start=0, end=1), n("Shape", ["x"], ["len1"], start=1, end=2),
+             n("Div", ["len1", "two"], ["half"]), n("Concat", ["b", "half"], ["shape"], axis=0),
+             n("ConstantOfShape", ["shape"], ["ones"]), n("Identity", ["ones"], ["out"])]
+    model = make_model(nodes, [("x", np.float32, ["b", "len"])], [("out", np.float32, [None, None])],
+                       {"two": np.array([2], np.int64)})
+    assert infer_shapes(gs.import_onnx(model))["ones"][1] == ["b", "len//2"]

@@ -22,8 +22,8 @@ BIG = 1 << 62  # a Slice end at or past this reads to the end (INT64_MAX and fri
 
 
 def length_shapes(model: onnx.ModelProto, known: dict[str, list[Dim] | None]) -> dict[str, list[Dim]]:
-    """Output name -> dims for Conv / MaxPool / AveragePool outputs, Slices of data and Range(0, n, 1)
-    whose lengths this computes where onnx left them unknown; `known` gets them too."""
+    """Output name -> dims for Conv / MaxPool / AveragePool outputs, Slices of data, Range(0, n, 1) and
+    ConstantOfShape whose lengths this computes where onnx left them unknown; `known` gets them too."""
     consts, found = {t.name: t for t in model.graph.initializer}, {}
     for node, values in shape_walk(model, known):
         out = known.get(node.output[0])
@@ -33,6 +33,10 @@ def length_shapes(model: onnx.ModelProto, known: dict[str, list[Dim] | None]) ->
             dims = _window(node, known.get(node.input[0]), consts, known, out)
         elif node.op_type == "Slice":
             dims = _trim(node, known.get(node.input[0]), values, out)
+        elif node.op_type == "ConstantOfShape":  # torch.ones(b, frames): a default mask over computed lengths
+            shape = values.get(node.input[0])
+            dims = [d if is_named(d) or isinstance(d, int) else o for d, o in zip(shape, out)] \
+                if shape is not None and len(shape) == len(out) else None
         elif node.op_type == "Range":  # arange(n): the positions of a mask over n frames
             start, limit, delta = (values.get(name) for name in node.input)
             dims = [limit[0]] if start == [0] and delta == [1] and limit is not None and len(out) == 1 \
