@@ -46,6 +46,7 @@ def test_need_weights_attention_fuses_exactly():
     model = _need_weights_attention()
     result = optimize_model(model)
     assert rule_stats(result, "attention_seq_first")[0] == 1
+    assert rule_stats(result, "attention_mha") == (0, {})  # its 3-D scores are no 4-D rule's miss
     assert ops_of(result.model).count("MultiHeadAttention") == 1 and "Softmax" not in ops_of(result.model)
     for seq, src, batch, rows in [(5, 5, 2, 2 * N), (3, 6, 3, 1), (1, 4, 1, N)]:
         assert_matches_ort(model, result.model, feeds=_feeds(seq, src, batch, rows))

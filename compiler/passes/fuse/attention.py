@@ -28,7 +28,7 @@ from functools import partial
 import numpy as np
 
 from ...graph import CONTRIB_DOMAIN, opset_of
-from ..engine import Match, Rule
+from ..engine import NOT_APPLICABLE, Match, Rule
 from ..pattern import const, op, var
 from .attention_builder import Builder, shape_of, transposed
 from .attention_layout import (
@@ -81,6 +81,8 @@ def _check(target: str, m: Match) -> str | None:
         return "soft-cap is not c * tanh(x / c) with one positive scalar c"
     if "cap_in" in m.values and target == "mha":
         return "MultiHeadAttention has no softcap (ONNX Attention, opset 23, has)"
+    if shape_of(softmax.outputs[0], 3) is not None:  # heads merged into the batch: attention_seq_first's form, or
+        return NOT_APPLICABLE  # explain_unfused_attention names it when nothing fuses it
     if softmax.attrs.get("axis", -1 if opset >= 13 else 1) not in (-1, 3) or shape_of(softmax.outputs[0], 4) is None:
         return "Softmax is not over the last axis of 4-D scores"
     dtype, has_mask = np.dtype(softmax.outputs[0].dtype), "mask" in m.values or "cond" in m.values
