@@ -22,6 +22,7 @@ from .fold.shape_inference import InferShapes
 from .fuse.attention_miss import ExplainUnfusedAttention
 from .fuse import (
     attention,
+    attention_seq_first,
     bias_gelu,
     conv_activation,
     conv_residual,
@@ -84,8 +85,10 @@ PIPELINE: tuple[Phase, ...] = (
         Step(RewritePass("fuse_rotary", rotary.RULES), "RoPE before attention, whose Q/K inputs it feeds"),
         Step(RewritePass("unmerge_heads_scores", merged_heads.SCORES), "Q·Kᵀ over (B*N) views (Bloom) made 4-D, the form attention fusion matches"),
         Step(RewritePass("unmerge_heads_context", merged_heads.CONTEXT), "then P·V over (B*N) views, proven against those 4-D scores"),
+        Step(RewritePass("xsoftmax", score_bias.ZEROED), "DeBERTa's XSoftmax (probabilities zeroed where masked) as the NaN-guarded Softmax attention takes, before score_bias turns its masked_fill around"),
         Step(RewritePass("score_bias", score_bias.RULES), "a position bias (ALiBi) beside the mask joins it, so attention fuses with one bias"),
         Step(RewritePass("fuse_attention", attention.RULES), "before GEMM fusion so Q/K/V projections stay visible to the matcher"),
+        Step(RewritePass("fuse_attention_seq_first", attention_seq_first.RULES), "torch's need_weights attention over sequence-first (B*N) views; also before GEMM fusion"),
         Step(ExplainUnfusedAttention(), "says why a Softmax of Q·Kᵀ left unfused matched no attention rule at all"),
         Step(RewritePass("fuse_swiglu", swiglu.RULES), "gate/up pair after SiLU fusion and before GEMM epilogues take the MatMuls"),
         Step(RewritePass("fuse_bias_gelu", bias_gelu.RULES), "bias Add into GELU before the GEMM fusion would take the Add"),

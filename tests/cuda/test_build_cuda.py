@@ -148,7 +148,8 @@ def test_reduced_precision_cuda_plan_runs_its_gemms_on_tensor_core_tiles(model, 
         fused = [entry["epilogue"] for entry in gemms if entry.get("epilogue")]
         steps = plan.meta["program"]
         assert fused and all([steps[i]["op"] for i in e["absorbed"][:2]] == ["Cast", "Cast"] for e in fused)
-        assert {e["act"] for e in fused} == {"none", "gelu"} and all(e["bias"] for e in fused)
+        # GELU's GEMMs; the residual GEMMs' bias goes to SkipLayerNormalization where that norm fuses
+        assert "gelu" in {e["act"] for e in fused} <= {"none", "gelu"} and all(e["bias"] for e in fused)
 
     session = run_against_onnxruntime(plan_path, path, 2e-2)
     placed = session.executor.report()

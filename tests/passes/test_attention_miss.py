@@ -67,3 +67,15 @@ def test_a_fused_attention_and_a_classifier_softmax_say_nothing():
                              helper.make_node("Softmax", ["logits"], ["y"], axis=-1)],
                             [("x", F32, [B, 16])], [("y", F32, [B, 10])], {"w": np.ones((16, 10), F32)})
     assert _explained(classifier) == (0, {})
+
+
+def test_a_masked_fill_over_a_reshape_is_named_through_the_where():
+    """Where(mask, fill, Sub(scores, x)): the path follows the scores, not the Where's bool condition
+    (DeBERTa's masked_fill before this sweep's merged-heads forms: nothing was said)."""
+    nodes = [helper.make_node("MatMul", ["q", "kt"], ["s4"]), helper.make_node("Sub", ["s4", "shift"], ["s"]),
+             helper.make_node("Not", ["keep"], ["masked"]), helper.make_node("Where", ["masked", "fill", "s"], ["w"])]
+    after = [helper.make_node("MatMul", ["p", "v"], ["y"])]
+    model = _attention(nodes, "w", after, [B, N, S, H], [("keep", np.bool_, [B, 1, S, S]), ("shift", F32, [B, N, S, S])],
+                       {"fill": np.array(-1e38, F32)})
+    assert _explained(model) == (0, {"Sub between the scores' MatMul and the Softmax (the rules take only"
+                                     " scale, soft-cap and mask ops there)": 1})

@@ -87,3 +87,16 @@ def test_window_arithmetic_on_shape_values():
     inits["one_start"] = np.array([1], np.int64)
     model = make_model(nodes, [("x", F32, [2, 16, 8, 6])], [("y", F32, [None] * 6)], inits, opset=13)
     assert _dims(model, "y")[1:] == [4, 4, 2, 4, 6]
+
+
+def test_torchscript_expand_target_is_read_through_its_equal_and_where():
+    """x.expand(b, n, n) as TorchScript writes it: Expand(x, Where(Equal(shape, -1), 1, shape)); onnx
+    cannot read the Where, the walk can (a named size is never -1)."""
+    n = helper.make_node
+    nodes = [n("Shape", ["y"], ["yb"], start=0, end=1), n("Shape", ["x"], ["xn"], start=1, end=3),
+             n("Concat", ["yb", "xn"], ["target"], axis=0), n("Equal", ["target", "minus1"], ["is_any"]),
+             n("Where", ["is_any", "ones", "target"], ["shape"]), n("Expand", ["x", "shape"], ["z"]),
+             n("Add", ["z", "y"], ["out"])]
+    inits = {"minus1": np.array([-1, -1, -1], np.int64), "ones": np.array([1, 1, 1], np.int64)}
+    model = make_model(nodes, [("x", F32, [1, "n", "n"]), ("y", F32, ["b", 1, 1])], [("out", F32, [None, None, None])], inits)
+    assert _dims(model, "z") == ["b", "n", "n"]

@@ -18,24 +18,29 @@ C, HEADS, HEAD = 16, 2, 8
 
 
 def _value(form: str, n: int) -> int:
-    """A dim_forms name (base // q + c) evaluated at base = n."""
+    """A dim_forms name (base // q + c, the base a name or a parenthesized form) evaluated at name = n."""
+    inner = re.fullmatch(r"\((.*)\)(?://(\d+))?([+-]\d+)?", form)
+    if inner is not None:
+        return _value(inner[1], n) // int(inner[2] or 1) + int(inner[3] or 0)
     base, q, c = re.fullmatch(r"(\w+)(?://(\d+))?([+-]\d+)?", form).groups()
     return n // int(q or 1) + int(c or 0)
 
 
-@pytest.mark.parametrize("kernel, stride, pad", [(10, 5, 0), (3, 2, 0), (16, 1, 8), (4, 4, 0), (5, 1, 2)])
+@pytest.mark.parametrize("kernel, stride, pad", [(10, 5, 0), (3, 2, 0), (16, 1, 8), (4, 4, 0), (5, 1, 2), (2, 2, 0)])
 def test_the_form_equals_a_convolution_length_wherever_it_exists(kernel, stride, pad):
-    for first in ("len", "len//5-1"):
+    for first in ("len", "len//5-1", "(len//20+1)//2-1"):
         form = shifted(floor_divided(shifted(first, 2 * pad - kernel), stride), 1)
-        if form is None:  # the stride does not divide the constant: no exact form, none claimed
-            continue
         for n in range(60, 400):
             size = _value(first, n)
             assert _value(form, n) == (size + 2 * pad - kernel) // stride + 1, (form, n)
 
 
-def test_a_stride_that_does_not_divide_the_constant_has_no_form():
-    assert floor_divided("len-1", 2) is None and floor_divided("len//4-2", 2) == "len//8-1"
+def test_a_stride_that_does_not_divide_the_constant_keeps_its_remainder_inside():
+    """SEW-D's AveragePool(2, 2) after the conv front end: (x - 2) // 2 + 1 as the pool computes it and
+    (x) // 2 as an exporter may write it get one name; a dividing stride still merges."""
+    x = "len//20-1"
+    assert shifted(floor_divided(shifted(x, -2), 2), 1) == floor_divided(x, 2) == "(len//20+1)//2-1"
+    assert floor_divided("len//4-2", 2) == "len//8-1"
 
 
 def _model():
@@ -106,3 +111,26 @@ def test_a_trim_of_the_last_frame_shortens_the_length_by_one():
                        consts, opset=18)
     found = infer_shapes(gs.import_onnx(model))
     assert found["c"][1] == ["batch", 1, "len+1"] and found["trimmed"][1] == ["batch", 1, "len"]
+
+
+def test_a_prefix_slice_to_its_own_length_keeps_every_dim():
+    """rel_pos[:query_size, :] (DeBERTa): Slice(x, 0, Shape(x)[0]) along axis 0 keeps x's shape; onnx
+    drops all dims when an end is not a constant."""
+    n = helper.make_node
+    nodes = [n("Shape", ["x"], ["rows"], start=0, end=1), n("Slice", ["x", "zero1", "rows", "zero1", "one1"], ["y"]),
+             n("Identity", ["y"], ["out"])]
+    inits = {"zero1": np.array([0], np.int64), "one1": np.array([1], np.int64)}
+    model = make_model(nodes, [("x", np.float32, ["n", "m"])], [("out", np.float32, [None, None])], inits)
+    assert infer_shapes(gs.import_onnx(model))["y"][1] == ["n", "m"]
+
+
+def test_a_default_mask_over_computed_lengths_keeps_their_names():
+    """torch.ones(b, frames) with frames computed (SEW-D without an attention mask): ConstantOfShape's
+    output gets the shape walk's names, which onnx leaves unknown."""
+    n = helper.make_node
+    nodes = [n("Shape", ["x"], ["b"], start=0, end=1), n("Shape", ["x"], ["len1"], start=1, end=2),
+             n("Div", ["len1", "two"], ["half"]), n("Concat", ["b", "half"], ["shape"], axis=0),
+             n("ConstantOfShape", ["shape"], ["ones"]), n("Identity", ["ones"], ["out"])]
+    model = make_model(nodes, [("x", np.float32, ["b", "len"])], [("out", np.float32, [None, None])],
+                       {"two": np.array([2], np.int64)})
+    assert infer_shapes(gs.import_onnx(model))["ones"][1] == ["b", "len//2"]

@@ -6,7 +6,8 @@ GroupNorm exported at opset 13 (Reshape -> InstanceNormalization -> Reshape(x, S
 the whole encoder after it rankless, and the LayerNorm, GEMM and attention fusions all decline.
 
 This walks the graph once, evaluating shape tensors symbolically (Shape, Gather, Slice, Concat,
-Unsqueeze, Squeeze, Cast, Identity, constants: the exporters' shape chains), and gives each Reshape
+Unsqueeze, Squeeze, Cast, Identity, constants, arithmetic, Equal and Where: the exporters' shape
+chains, TorchScript's expand included), and gives each Reshape
 output without a shape the target's dims (0 copies the input dim, -1 is solved when the rest is
 known) or, when only the target's length is known, that rank with unknown dims. The caller adds
 these as value_info and runs onnx's inference again, which takes them as given.
@@ -112,7 +113,30 @@ def _evaluate(node: onnx.NodeProto, values: dict, shapes: dict) -> list[Dim] | N
         return _slice(node, inputs)
     if op in _ARITHMETIC and len(inputs) == 2 and inputs[0] is not None and inputs[1] is not None:
         return _arithmetic(op, inputs[0], inputs[1])
+    if op == "Equal" and len(inputs) == 2 and inputs[0] is not None and inputs[1] is not None:
+        return _elementwise(_equal, inputs[0], inputs[1])
+    if op == "Where" and len(inputs) == 3 and all(v is not None for v in inputs):
+        picked = _elementwise(lambda c, a: (c, a), inputs[0], inputs[1])
+        return _elementwise(lambda ca, b: None if not isinstance(ca[0], int) else ca[1] if ca[0] else b,
+                            picked, inputs[2]) if picked is not None else None
     return None
+
+
+def _equal(a: Dim, b: Dim) -> int | None:
+    """1 / 0 for sizes known equal / unequal; a named size is never negative (TorchScript's expand
+    asks Equal(shape, -1) before its Where)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return int(a == b)
+    if is_named(a) and is_named(b) and a == b:
+        return 1
+    return 0 if is_named(a) and isinstance(b, int) and b < 0 or is_named(b) and isinstance(a, int) and a < 0 else None
+
+
+def _elementwise(fn, a: list, b: list) -> list | None:
+    if len(a) != len(b) and 1 not in (len(a), len(b)):
+        return None
+    count = max(len(a), len(b))
+    return [fn(x, y) for x, y in zip(a * count if len(a) == 1 else a, b * count if len(b) == 1 else b)]
 
 
 # Shape arithmetic (Swin's H // window): int64 Div truncates toward zero, sizes are >= 0

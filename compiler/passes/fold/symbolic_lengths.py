@@ -22,8 +22,8 @@ BIG = 1 << 62  # a Slice end at or past this reads to the end (INT64_MAX and fri
 
 
 def length_shapes(model: onnx.ModelProto, known: dict[str, list[Dim] | None]) -> dict[str, list[Dim]]:
-    """Output name -> dims for Conv / MaxPool / AveragePool outputs, Slices of data and Range(0, n, 1)
-    whose lengths this computes where onnx left them unknown; `known` gets them too."""
+    """Output name -> dims for Conv / MaxPool / AveragePool outputs, Slices of data, Range(0, n, 1) and
+    ConstantOfShape whose lengths this computes where onnx left them unknown; `known` gets them too."""
     consts, found = {t.name: t for t in model.graph.initializer}, {}
     for node, values in shape_walk(model, known):
         out = known.get(node.output[0])
@@ -33,6 +33,10 @@ def length_shapes(model: onnx.ModelProto, known: dict[str, list[Dim] | None]) ->
             dims = _window(node, known.get(node.input[0]), consts, known, out)
         elif node.op_type == "Slice":
             dims = _trim(node, known.get(node.input[0]), values, out)
+        elif node.op_type == "ConstantOfShape":  # torch.ones(b, frames): a default mask over computed lengths
+            shape = values.get(node.input[0])
+            dims = [d if is_named(d) or isinstance(d, int) else o for d, o in zip(shape, out)] \
+                if shape is not None and len(shape) == len(out) else None
         elif node.op_type == "Range":  # arange(n): the positions of a mask over n frames
             start, limit, delta = (values.get(name) for name in node.input)
             dims = [limit[0]] if start == [0] and delta == [1] and limit is not None and len(out) == 1 \
@@ -70,7 +74,8 @@ def _window(node, src: list[Dim] | None, consts, known, out: list[Dim]) -> list[
 
 def _trim(node, src: list[Dim] | None, values, out: list[Dim]) -> list[Dim] | None:
     """Slice(x, [start], [end], [axis]) with step 1, start >= 0 and end negative or to the end: the
-    axis' length minus what it cuts (wav2vec2's positional conv drops its last frame)."""
+    axis' length minus what it cuts (wav2vec2's positional conv drops its last frame); or
+    Slice(x, [0], [n]) along an axis of length n, which keeps it whole."""
     if src is None or len(src) != len(out) or len(node.input) < 3:
         return None
     starts, ends = values.get(node.input[1]), values.get(node.input[2])
@@ -80,10 +85,15 @@ def _trim(node, src: list[Dim] | None, values, out: list[Dim]) -> list[Dim] | No
         return None
     axis = (axes or [0])[0]
     start, end = starts[0], ends[0]
-    if not isinstance(axis, int) or not isinstance(start, int) or not isinstance(end, int) or start < 0:
+    if not isinstance(axis, int) or not isinstance(start, int) or start < 0:
         return None
     axis %= len(src)
-    if is_named(out[axis]) or isinstance(out[axis], int) or not (end < 0 or end >= BIG):
+    if is_named(out[axis]) or isinstance(out[axis], int):
+        return None
+    if is_named(end) and end == src[axis]:  # x[:n] of an axis of length n (DeBERTa's rel_pos[:query_size, :]);
+        # the other axes are not cut (onnx's inference drops them all when an end is not constant)
+        return list(src) if start == 0 else None
+    if not isinstance(end, int) or not (end < 0 or end >= BIG):
         return None
     length = shifted(src[axis], -start + (end if end < 0 else 0))
     return [length if a == axis else d for a, d in enumerate(out)] if length is not None else None

@@ -11,7 +11,8 @@
   k = kt transposed back; scale: the graph's; bias: the graph's own mask made additive (exact for any
   mask). Past K/V stay the graph's Concats; grouped KV heads arrive repeated by the graph's repeat_kv,
   or as one head the MatMuls broadcast (multi-query), which MultiHeadAttention gets expanded.
-  The scale: the product of the graph's factors (torch's SDPA export scales q and kt by √scale each).
+  The scale: the product of the graph's factors (torch's SDPA export scales q and kt by √scale each,
+  DeBERTa divides kt alone).
   The NaN guard zeroes rows masked entirely by -inf: ORT's Attention gives zeros there by itself,
   MultiHeadAttention gives NaN, so its output gets the same guard.
   MultiHeadAttention has no softcap: below opset 23 a soft-capped attention stays unfused (as one whose
@@ -27,7 +28,7 @@ from functools import partial
 import numpy as np
 
 from ...graph import CONTRIB_DOMAIN, opset_of
-from ..engine import Match, Rule
+from ..engine import NOT_APPLICABLE, Match, Rule
 from ..pattern import const, op, var
 from .attention_builder import Builder, shape_of, transposed
 from .attention_layout import (
@@ -80,6 +81,8 @@ def _check(target: str, m: Match) -> str | None:
         return "soft-cap is not c * tanh(x / c) with one positive scalar c"
     if "cap_in" in m.values and target == "mha":
         return "MultiHeadAttention has no softcap (ONNX Attention, opset 23, has)"
+    if shape_of(softmax.outputs[0], 3) is not None:  # heads merged into the batch: attention_seq_first's form, or
+        return NOT_APPLICABLE  # explain_unfused_attention names it when nothing fuses it
     if softmax.attrs.get("axis", -1 if opset >= 13 else 1) not in (-1, 3) or shape_of(softmax.outputs[0], 4) is None:
         return "Softmax is not over the last axis of 4-D scores"
     dtype, has_mask = np.dtype(softmax.outputs[0].dtype), "mask" in m.values or "cond" in m.values
@@ -145,10 +148,13 @@ def _rewrite(target: str, m: Match):
 
 def _pattern(target: str, scaled: str, mask: str, is_nan_guarded: bool, is_unmerged: bool = False,
              is_capped: bool = False):
-    """scaled: "scores" (Mul|Div after the MatMul), "split" (Mul on q and on kt) or "none"."""
+    """scaled: "scores" (Mul|Div after the MatMul), "split" (Mul on q and on kt), "keys" (Mul|Div on kt
+    alone: DeBERTa's bmm(q, kᵀ / scale)) or "none"."""
     q, kt = var("q"), var("kt")
     if scaled == "split":
         q, kt = op.Mul(q, const("q_scale"), name="q_scale"), op.Mul(kt, const("k_scale"), name="k_scale")
+    if scaled == "keys":
+        kt = op.any("Mul", "Div")(kt, const("k_scale"), name="k_scale")
     s = op.MatMul(q, kt, name="qk")
     s = op.any("Mul", "Div")(s, const("scale"), name="scale") if scaled == "scores" else s
     if is_capped:
@@ -167,8 +173,8 @@ RULES = tuple(
     Rule(f"attention_{target}", _pattern(target, scaled, mask, is_guarded, is_unmerged, is_capped),
          partial(_rewrite, target), partial(_check, target), exposed=("to_bsnh", "pv") if target == "mha" else ())
     for target, is_unmerged in (("onnx", False), ("mha", True), ("mha", False))
-    for scaled in ("scores", "split", "none") for mask in ("where_add", "add", "where", "none")
-    for is_guarded in (False, True) for is_capped in (False, True) if not (is_capped and scaled == "split"))
+    for scaled in ("scores", "split", "keys", "none") for mask in ("where_add", "add", "where", "none")
+    for is_guarded in (False, True) for is_capped in (False, True) if not (is_capped and scaled in ("split", "keys")))
 
 # Attention as the ONNX Attention op at any opset, for decoder builds only, which page it: soft-capped
 # attention, and attention whose context Reshape MultiHeadAttention would need proven (the graph's
@@ -176,5 +182,5 @@ RULES = tuple(
 PAGED_RULES = tuple(
     Rule("attention_paged", _pattern("paged", scaled, mask, is_guarded, is_capped=is_capped), partial(_rewrite, "paged"),
          partial(_check, "paged"))
-    for scaled in ("scores", "split", "none") for mask in ("where_add", "add", "where", "none")
-    for is_guarded in (False, True) for is_capped in (False, True) if not (is_capped and scaled == "split"))
+    for scaled in ("scores", "split", "keys", "none") for mask in ("where_add", "add", "where", "none")
+    for is_guarded in (False, True) for is_capped in (False, True) if not (is_capped and scaled in ("split", "keys")))

@@ -46,14 +46,16 @@ def _slice_of_shape(node: gs.Node) -> list[DimOf] | None:
 
 
 def scalar_dim(s: gs.Tensor) -> DimOf | None:
-    """The dim a scalar tensor is: Gather(Shape(t), i) or Squeeze(Shape(t, i, i + 1))."""
+    """The dim a scalar tensor is: Gather(Shape(t), i), Squeeze(Shape(t, i, i + 1)) or
+    Squeeze(Slice(Shape(t), i, i + 1)) (TorchScript's size(-2))."""
     node = producer(s)
     if node is not None and node.op == "Gather" and node.attrs.get("axis", 0) == 0:
         index, dims = const_value(node.inputs[1]), _shape_dims(producer(node.inputs[0]))
         if index is not None and index.size == 1 and dims is not None and -len(dims) <= int(index) < len(dims):
             return dims[int(index)]
     if node is not None and node.op == "Squeeze":
-        dims = _shape_dims(producer(node.inputs[0]))
+        inner = producer(node.inputs[0])
+        dims = _slice_of_shape(inner) if inner is not None and inner.op == "Slice" else _shape_dims(inner)
         return dims[0] if dims is not None and len(dims) == 1 else None
     return None
 

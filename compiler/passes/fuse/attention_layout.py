@@ -26,8 +26,9 @@ def keeps_leading_dims(reshape: gs.Node, rank: int) -> bool:
 def reshapes_to_own_shape(reshape: gs.Node, dims: list, aliases: dict[int, list[gs.Tensor]]) -> bool:
     """Reshape(x, shape) provably gives x back: x's dims are `dims` (ints or dim names where known), and
     each entry of the shape copies (0), equals the known dim, is a runtime dim of x, of a tensor in
-    aliases[axis] (whose dim there equals x's) or of any tensor whose dim has the same name, or is
-    the one -1 left when all others are proven."""
+    aliases[axis] (whose dim there equals x's) or of any tensor whose dim has the same name, is
+    computed and named as the dim in the output by the shape walk, or is the one -1 left when all
+    others are proven."""
     src, out = reshape.inputs[0].shape, reshape.outputs[0].shape
     if src is not None and out is not None and len(src) == len(out) == len(dims) \
             and all(same_dim(a, b) for a, b in zip(src, out)):
@@ -42,8 +43,9 @@ def reshapes_to_own_shape(reshape: gs.Node, dims: list, aliases: dict[int, list[
             if not (any(is_dim_of(e, t, axis) for t in [reshape.inputs[0], *aliases.get(axis, [])])
                     or same_dim(named, dim)):
                 return False
-        elif isinstance(e, gs.Tensor):
-            return False
+        elif isinstance(e, gs.Tensor):  # computed (dynamo's arithmetic): proven where the shape walk named it
+            if not (out is not None and len(out) == len(dims) and same_dim(out[axis], dim)):
+                return False
         elif e == -1:
             num_inferred += 1
         elif not (e == 0 and not allowzero or isinstance(dim, int) and e == dim):

@@ -38,12 +38,13 @@ def _path_to_product(softmax: gs.Node) -> list[gs.Node] | None:
         if node is None:
             return None
         path.append(node)
-        activations = [i for i in node.inputs if _is_activation(i) and producer(i) is not None]
+        operands = node.inputs[1:] if node.op == "Where" else node.inputs  # a Where's condition is no score
+        activations = [i for i in operands if _is_activation(i) and producer(i) is not None]
         if node.op in PRODUCTS and len([i for i in node.inputs if _is_activation(i)]) >= 2:
             return path
         if not activations:
             return None
-        # the scores are the operand of the largest rank (a mask broadcasts; a Where's condition is bool)
+        # the scores are the operand of the largest rank (a mask broadcasts)
         t = max(activations, key=lambda i: len(i.shape) if i.shape is not None else -1)
     return None
 

@@ -3,19 +3,24 @@ fusion sees its usual form (Bloom: torch's baddbmm and bmm on (B*N, S, H) views)
 
   scores   Reshape(Add?(Mul|Div?(MatMul(Reshape(q4), Transpose(Reshape(k4), (0,2,1))), c), p3), (B, N, S, T))
        ==> Add?(Mul|Div?(MatMul(q4, Transpose(k4, (0,1,3,2))), c), p3 viewed as (B, N, ., .))
+           or the factor on the keys, MatMul(Reshape(q4), Mul|Div(Transpose(Reshape(k4)), c)) (DeBERTa)
   context  Reshape(MatMul(Reshape(p4), Reshape(v4)), shape)  ==>  Reshape(MatMul(p4, v4), shape)
 
 Exact: slice b*N + n of a 3-D product is slice (b, n) of the 4-D one, provided each flattening
 Reshape provably merges exactly the first two axes of its 4-D input: its first entry is the graph's
 own B * N (or -1 with the last two entries proven), as in the scores, whose final view provably
-splits them back as (B, N). A 3-D bias p3 must provably have B * N or 1 rows (Bloom's ALiBi: slopes
-times key positions, (B*N, 1, T)); rows made as X * N (N > 1) are never 1, so they are the scores'
-B * N wherever the Add broadcasts; one of rank 2 or less broadcasts the same way in 4-D as it is.
+splits them back as (B, N). A 3-D bias p3 has 1 or B * N rows in every run where the 3-D Add
+broadcasts: rows proven 1 or B * N (Bloom's ALiBi: slopes times key positions, (B*N, 1, T); rows made
+as X * N, N > 1, are never 1) are viewed as (1, 1, ., .) or (B, N, ., .); rows not proven either way
+(DeBERTa's relative scores, gathered along an index of the queries' rows) choose between the two by
+their runtime count. One of rank 2 or less broadcasts the same way in 4-D as it is.
 
 The probabilities p4 are the Softmax of the 4-D scores (B, N, S, T) after elementwise masking, whose
 broadcasts only grow dims, so p4 is at least (B, N, S, T) in each dim; p4 flattened as (B*N, S, -1)
 then times v4's merged (B*N, T, H) succeeds only where p4 is exactly (B, N, S, T), with T provably
-both the keys' and the values' length. The graph's own final Reshape stays (its shape may read the
+both the keys' and the values' length; flattened as (-1, S, T) (DeBERTa) it has B'*N' rows, B' >= B and
+N' >= N, which MatMul pairs with v4's B*N rows only where they are equal or B*N is 1 (v4 broadcast):
+either way the 4-D product pairs the same rows. The graph's own final Reshape stays (its shape may read the
 3-D context's dims, which the rewrite still gives).
 """
 
@@ -48,6 +53,18 @@ def _is_dim(e, x: gs.Tensor, axis: int) -> bool:
         named = e.tensor.shape[e.axis] if e.tensor.shape is not None else None
         return is_dim_of(e, x, axis) or same_dim(named, dim)
     return False
+
+
+def _entry_is_dim(reshape: gs.Node, i: int, x: gs.Tensor, axis: int) -> bool:
+    """Entry i of the Reshape's shape is provably x's dim at `axis`: read back as that dim, or computed
+    (dynamo's arithmetic) and named so in the Reshape's output by the shape walk, which evaluated it."""
+    elems, out = shape_elements(reshape.inputs[1]), reshape.outputs[0].shape
+    if i >= len(elems):
+        return False
+    if _is_dim(elems[i], x, axis):
+        return True
+    return out is not None and len(out) == len(elems) and not _is(elems[i], -1) and x.shape is not None \
+        and same_dim(out[i], x.shape[axis])
 
 
 def _scalar(t: gs.Tensor):
@@ -90,7 +107,7 @@ def merges_first_two(reshape: gs.Node, x: gs.Tensor, partner_rows=None) -> bool:
     elems = shape_elements(reshape.inputs[1])
     if shape_of(x, 4) is None or len(elems) != 3:
         return False
-    tail = [_is_dim(elems[1], x, 2), _is_dim(elems[2], x, 3)]
+    tail = [_entry_is_dim(reshape, i, x, i + 1) for i in (1, 2)]
     if _is_heads_product(elems[0], x) or partner_rows is not None and _same_entry(elems[0], partner_rows):
         return all(tail) or sum(tail) == 1 and any(_is(e, -1) for e in elems[1:])
     return _is(elems[0], -1) and all(tail)
@@ -98,12 +115,14 @@ def merges_first_two(reshape: gs.Node, x: gs.Tensor, partner_rows=None) -> bool:
 
 def splits_first(reshape: gs.Node, x: gs.Tensor, rows: tuple[gs.Tensor, int], cols: tuple[gs.Tensor, int]) -> bool:
     """Reshape(y (A*B, R, C), shape) provably gives (A, B, R, C), A and B x's first dims; R and C are
-    the dims of `rows` and `cols` (tensor, axis)."""
+    the dims of `rows` and `cols` (tensor, axis). A -1 first entry is A when the other three are proven."""
     elems = shape_elements(reshape.inputs[1])
-    if len(elems) != 4 or not (_is_dim(elems[0], x, 0) and _is_dim(elems[1], x, 1)):
+    if len(elems) != 4 or not _is_dim(elems[1], x, 1):
         return False
-    tail = [_is_dim(elems[2], *rows), _is_dim(elems[3], *cols)]
-    return all(tail) or sum(tail) == 1 and any(_is(e, -1) for e in elems[2:])
+    tail = [_entry_is_dim(reshape, i, t, axis) for i, (t, axis) in ((2, rows), (3, cols))]
+    if _is(elems[0], -1):  # (-1, B, R, C) of A*B*R*C elements: A (DeBERTa's view(-1, heads, ...))
+        return all(tail)
+    return _is_dim(elems[0], x, 0) and (all(tail) or sum(tail) == 1 and any(_is(e, -1) for e in elems[2:]))
 
 
 def _bias_rows(t: gs.Tensor, x: gs.Tensor) -> str | None:
@@ -136,27 +155,33 @@ def _has_factor(e, heads) -> bool:
     return any(_is(_scalar(t), int(heads)) for t in node.inputs)
 
 
-def _same_length(a: gs.Tensor, b: gs.Tensor, axis: int) -> bool:
-    """a and b provably have the same size along `axis`: a named or static dim, or both Concats along
-    it of parts that do (the keys and values of a past-KV cache)."""
-    if a.shape is not None and b.shape is not None and len(a.shape) == len(b.shape) > axis \
-            and same_dim(a.shape[axis], b.shape[axis]):
+def _same_length(a: gs.Tensor, a_axis: int, b: gs.Tensor, axis: int) -> bool:
+    """a along `a_axis` and b along `axis` provably have the same size: a named or static dim, or
+    both Concats along that axis of parts that do (the keys and values of a past-KV cache)."""
+    if a.shape is not None and b.shape is not None and len(a.shape) > a_axis and len(b.shape) > axis \
+            and same_dim(a.shape[a_axis], b.shape[axis]):
         return True
+    if a_axis != axis:
+        return False
     na, nb = producer(a), producer(b)
     if na is None or nb is None or na.op != "Concat" or nb.op != "Concat" or len(na.inputs) != len(nb.inputs):
         return False
     rank = len(a.shape) if a.shape is not None else None
     if rank is None or {na.attrs.get("axis") % rank, nb.attrs.get("axis") % rank} != {axis}:
         return False
-    return all(_same_length(x, y, axis) for x, y in zip(na.inputs, nb.inputs))
+    return all(_same_length(x, axis, y, axis) for x, y in zip(na.inputs, nb.inputs))
 
 
 ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Where", "Tanh", "Not", "Cast"}
 
 
 def _scores_product(p: gs.Tensor) -> gs.Node | None:
-    """The 4-D Q·Kᵀ MatMul that Softmax(elementwise ops of it) = p reads, when p is that."""
+    """The 4-D Q·Kᵀ MatMul that Softmax(elementwise ops of it) = p reads, when p is that (or its NaN
+    guard Where(IsNaN(p), 0, p), which keeps its shape)."""
     node = producer(p)
+    guarded = producer(node.inputs[0]) if node is not None and node.op == "Where" else None
+    if guarded is not None and guarded.op == "IsNaN" and guarded.inputs[0] is node.inputs[2]:
+        node = producer(node.inputs[2])
     if node is None or node.op != "Softmax":
         return None
     stack, seen = [node.inputs[0]], set()
@@ -183,11 +208,11 @@ def _check_scores(m: Match) -> str | None:
         return "a flattening Reshape does not provably merge the first two axes"
     if list(m.node("b_swap").attrs.get("perm", [])) != [0, 2, 1]:
         return "the keys' Transpose is not (0, 2, 1)"
-    if "scale" in m.values and m.const("scale").size != 1:
+    if any(name in m.values and m.const(name).size != 1 for name in ("scale", "k_scale")):
         return "the scores' factor is not one value"
     bias = m.values.get("bias3")
-    if bias is not None and (bias.shape is None or len(bias.shape) == 3 and _bias_rows(bias, q) is None):
-        return "the bias's rank, or the rows of a 3-D bias, are not known as B * N or 1"
+    if bias is not None and (bias.shape is None or len(bias.shape) > 3):
+        return "the bias's rank is not known as 3 or less"
     if not splits_first(m.node("view"), q, (q, 2), (k, 2)):
         return "the 4-D view does not provably split the first axis back into the operands' (B, N)"
     return None
@@ -196,22 +221,68 @@ def _check_scores(m: Match) -> str | None:
 def _rewrite_scores(m: Match):
     build, q, k = Builder(m), m["a4"], m["b4"]
     kt, dtype, out = transposed(build, k, [0, 1, 3, 2]), m.outputs[0].dtype, m.outputs[0]
-    steps = [("MatMul", [q, kt])]
+    if "k_scale" in m.values:
+        kt = build(m.node("k_scale").op, kt, m["k_scale"], dtype=kt.dtype, shape=kt.shape)
+    steps = [("product", "MatMul", [q, kt])]
     if "scale" in m.values:
-        steps.append((m.node("scale").op, [m["scale"]]))
+        steps.append(("scale", m.node("scale").op, [m["scale"]]))
     bias = m.values.get("bias3")
     if bias is not None:
         if len(bias.shape) == 3:  # (B*N | 1, R, C) -> (B, N, R, C) | (1, 1, R, C)
-            rows = build.dims(q, [0, 1]) if _bias_rows(bias, q) == "heads" else build.const([1, 1])
+            rows = _bias_view_rows(build, bias, q)
             target = build("Concat", rows, build.dims(bias, [1, 2]), dtype=np.int64, shape=[4], axis=0)
             bias = build("Reshape", bias, target, dtype=bias.dtype)
-        steps.append(("Add", [bias]))
-    y, scores_shape = None, [q.shape[0], q.shape[1], q.shape[2], k.shape[2]]
-    for i, (op_type, args) in enumerate(steps):  # the last writes the view's output
+        steps.append(("biased", "Add", [bias]))
+    y, scores_shape, scores_4d = None, [q.shape[0], q.shape[1], q.shape[2], k.shape[2]], {}
+    for i, (name, op_type, args) in enumerate(steps):  # the last writes the view's output
         is_last = i == len(steps) - 1
         y = build(op_type, *([] if y is None else [y]), *args, dtype=dtype, out=out if is_last else None,
                   shape=None if is_last else scores_shape)
+        scores_4d[name] = y
+    _keep_exposed(build, m, scores_4d)
     return build.nodes
+
+
+def _keep_exposed(build: Builder, m: Match, scores_4d: dict) -> None:
+    """Interior values read outside the match (TorchScript reads the 3-D scores' sizes for the view;
+    DeBERTa's relative scores multiply the 3-D queries again): the flattening nodes stay as they
+    were, the 3-D scores become views of the 4-D ones (same elements, same order)."""
+    for name, (exposed, *_) in m.exposed.items():
+        node = m.node(name)
+        if name in scores_4d:
+            scores = scores_4d[name]
+            flat = build("Concat", build.const([-1]), build.dims(scores, [2, 3]), dtype=np.int64, shape=[3], axis=0)
+            build("Reshape", scores, flat, out=exposed)
+        else:
+            build(node.op, *node.inputs, out=exposed, domain=node.domain, **dict(node.attrs))
+
+
+def _bias_view_rows(build: Builder, bias: gs.Tensor, q: gs.Tensor) -> gs.Tensor:
+    """The first two dims of the 3-D bias viewed in 4-D: (B, N) or (1, 1) where its rows are proven,
+    else chosen at runtime by whether it has one row (the Add broadcast allows only 1 or B * N)."""
+    rows = _bias_rows(bias, q)
+    if rows is not None:
+        return build.dims(q, [0, 1]) if rows == "heads" else build.const([1, 1])
+    return rows_by_count(build, bias, build.dims(q, [0, 1]))
+
+
+def rows_by_count(build: Builder, bias: gs.Tensor, batch_heads: gs.Tensor) -> gs.Tensor:
+    """(1, 1) where the 3-D bias has one row, else `batch_heads` (B, N): a (B*N)-row Add allows no other."""
+    is_one = build("Equal", build.dims(bias, [0]), build.const([1]), dtype=np.bool_, shape=[1])
+    return build("Where", is_one, build.const([1, 1]), batch_heads, dtype=np.int64, shape=[2])
+
+
+def _key_length(keys: gs.Tensor) -> tuple[gs.Tensor, int] | None:
+    """Where the length T of Q·Kᵀ's second operand (B, N, H, T) comes from: (tensor, axis) through a
+    Transpose (perm[3]), possibly after one constant factor (DeBERTa scales the keys)."""
+    node = producer(keys)
+    if node is not None and node.op in ("Mul", "Div") and len(node.inputs) == 2:
+        factors = [const_value(t) for t in node.inputs]
+        scaled = [t for t, v in zip(node.inputs, factors) if v is None]
+        is_scalar = len(scaled) == 1 and all(v.size == 1 for v in factors if v is not None)
+        node = producer(scaled[0]) if is_scalar and (node.op == "Mul" or factors[1] is not None) else None
+    perm = list(node.attrs.get("perm", [])) if node is not None and node.op == "Transpose" else []
+    return (node.inputs[0], perm[3]) if len(perm) == 4 else None
 
 
 def _check_context(m: Match) -> str | None:
@@ -223,15 +294,15 @@ def _check_context(m: Match) -> str | None:
     scores = _scores_product(p)
     if scores is None or scores.outputs[0].shape[1] != v.shape[1]:
         return "the probabilities are not a Softmax of elementwise ops of 4-D scores with the values' heads"
-    keys = scores.inputs[1]  # (B, N, H, T): T must be the values' length
-    key_source = producer(keys).inputs[0] if producer(keys) is not None and producer(keys).op == "Transpose" \
-        and list(producer(keys).attrs.get("perm", [])) == [0, 1, 3, 2] else None
-    if key_source is None or not _same_length(key_source, v, 2):
+    key_length = _key_length(scores.inputs[1])  # T must be the values' length
+    if key_length is None or not _same_length(*key_length, v, 2):
         return "the keys' length is not provably the values'"
     s = scores.outputs[0]
     elems = shape_elements(m.node("a_flat").inputs[1])
-    if len(elems) != 3 or not (_is_heads_product(elems[0], s) and _is_dim(elems[1], s, 2) and _is(elems[2], -1)):
-        return "the probabilities' Reshape is not provably (B * N, S, -1) of the scores' dims"
+    flat = m.node("a_flat")
+    is_rows = len(elems) == 3 and _entry_is_dim(flat, 1, s, 2)
+    if not (is_rows and (_is_heads_product(elems[0], s) and _is(elems[2], -1) or _is(elems[0], -1) and _entry_is_dim(flat, 2, s, 3))):
+        return "the probabilities' Reshape is not provably (B * N, S, -1) or (-1, S, T) of the scores' dims"
     if not view.attrs.get("allowzero", 0) and any(_is(e, 0) for e in shape_elements(view.inputs[1]) or [0]):
         return "the context's Reshape may copy a dim of its 3-D input (a 0 entry)"
     return None
@@ -247,16 +318,18 @@ def _rewrite_context(m: Match):
     return build.nodes
 
 
-def _pattern(keys_swapped: bool, scaled: bool = False, biased: bool = False):
+def _pattern(keys_swapped: bool, scaled: bool = False, biased: bool = False, keys_scaled: bool = False):
     flat_b = op.Reshape(var("b4"), var("b_shape"), name="b_flat")
-    y = op.MatMul(op.Reshape(var("a4"), var("a_shape"), name="a_flat"),
-                  op.Transpose(flat_b, name="b_swap") if keys_swapped else flat_b, name="product")
+    b = op.Transpose(flat_b, name="b_swap") if keys_swapped else flat_b
+    b = op.any("Mul", "Div")(b, const("k_scale"), name="k_scale") if keys_scaled else b
+    y = op.MatMul(op.Reshape(var("a4"), var("a_shape"), name="a_flat"), b, name="product")
     y = op.any("Mul", "Div")(y, const("scale"), name="scale") if scaled else y
-    y = op.Add(y, var("bias3")) if biased else y
+    y = op.Add(y, var("bias3"), name="biased") if biased else y
     return op.Reshape(y, var("view_shape"), name="view")
 
 
-SCORES = tuple(Rule("merged_heads_scores", _pattern(True, scaled, biased), _rewrite_scores, _check_scores)
-               for scaled in (True, False) for biased in (True, False))
+SCORES = tuple(Rule("merged_heads_scores", _pattern(True, scaled, biased, keys_scaled), _rewrite_scores, _check_scores,
+                    exposed=("a_flat", "b_flat", "b_swap", "k_scale", "product", "scale", "biased"))
+               for scaled, keys_scaled in ((True, False), (False, True), (False, False)) for biased in (True, False))
 # after SCORES (a later step): the context rule finds the 4-D scores behind the probabilities
 CONTEXT = (Rule("merged_heads_context", _pattern(False), _rewrite_context, _check_context, exposed=("product",)),)

@@ -4,11 +4,15 @@ attention fusion takes (passes/fuse/attention.py: MatMul -> scale -> [Where] -> 
   Softmax(Where(c, fill, x))            ==> Softmax(Where(Not(c), x, fill))        torch's masked_fill
   Softmax(Where(c, Add(s, p), fill))    ==> Softmax(Add(Where(c, s, fill), p))     MPT's ALiBi, then the mask
   Softmax(Add(Add(s, p), mask))         ==> Softmax(Add(s, Add(p, mask)))          Bloom's ALiBi, then the mask
+  Where(c, 0, Softmax(Where(c, fill, x)))  ==> Where(IsNaN(p), 0, p), p = Softmax(Where(c, -inf, x))   XSoftmax
 
 s is the scores (a MatMul, or its scaling by one constant); fill is one constant at or below -1e30,
 which absorbs any real p (fill + p == fill), so the second form is exact. The third adds p and mask
 first: exact where the mask holds 0 or a fill, as causal masks do; an additive mask of other values
-differs by one rounding of a score.
+differs by one rounding of a score. The fourth is DeBERTa's XSoftmax (SEW-D): a row with any
+unmasked entry gives exactly 0 at masked entries either way (exp(fill - max) underflows), and a row
+masked entirely is uniform under the finite fill, zeroed by the outer Where, and NaN under -inf,
+zeroed by the guard, the form torch's SDPA export has and the attention fusion takes.
 """
 
 from __future__ import annotations
@@ -63,6 +67,25 @@ def _check_two_adds(m: Match) -> str | None:
     return None
 
 
+def _check_zeroed_softmax(m: Match) -> str | None:
+    zero = m.const("zero")
+    if m["c"] is not m["c_in"]:
+        return "the probabilities are zeroed by another mask than the scores'"
+    if zero is None or zero.size != 1 or float(zero.reshape(-1)[0]) != 0 or not _is_fill(m):
+        return "not a fill at or below -1e30 and zeroed probabilities"
+    return None if _reads_scores(m["x"]) else "the Where does not mask scores"
+
+
+def _guarded_softmax(m: Match):
+    b, dtype, softmax = Builder(m), m["x"].dtype, m.node("softmax")
+    filled = b("Where", m["c"], b.const(-np.inf, dtype), m["x"], dtype=dtype)
+    p = b("Softmax", filled, dtype=dtype, shape=softmax.outputs[0].shape, **dict(softmax.attrs))
+    out = b("Where", b("IsNaN", p, dtype=np.bool_), m["zero"], p, out=m.outputs[0], dtype=dtype)
+    if softmax.outputs[0].shape is not None:  # the guard keeps p's shape (the old Where's may be less known)
+        out.shape = list(softmax.outputs[0].shape)
+    return b.nodes
+
+
 def _softmax(b: Builder, m: Match, x):
     return b("Softmax", x, out=m.outputs[0], dtype=m.outputs[0].dtype, **dict(m.root.attrs))
 
@@ -85,6 +108,10 @@ def _bias_with_mask(m: Match):
     _softmax(b, m, b("Add", m["s"], b("Add", m["p"], m["mask"], dtype=dtype), dtype=dtype))
     return b.nodes
 
+
+# a step of its own before RULES: their masked_fill rule would take the inner Softmax first
+ZEROED = (Rule("xsoftmax_as_nan_guard", op.Where(var("c"), const("zero"), op.Softmax(
+    op.Where(var("c_in"), const("fill"), var("x")), name="softmax")), _guarded_softmax, _check_zeroed_softmax),)
 
 RULES = (
     Rule("masked_fill_as_where", op.Softmax(op.Where(var("c"), const("fill"), var("x"))), _fill_first, _check_fill_first),
