@@ -18,9 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import jit
-from ..invariant_gemm import codes_rows_product, min_rows, own_edges, own_order_product, row_invariant_product
+from ..invariant_gemm import codes_edges, codes_rows_product, min_rows, own_edges, own_order_product, row_invariant_product
 from ...plan.format import release_mapped_pages
-from ..panel_gemm import code_panel_product, pack_code_panels, pack_panels, panel_product
+from ..panel_gemm import (WIDE_PANEL, code_panel_product, has_wide_vectors, pack_code_panels, pack_delta_panels,
+                          pack_panels, panel_product)
 from .common import KernelContext
 
 
@@ -75,14 +76,16 @@ def _panels(w: np.ndarray, ctx) -> np.ndarray | None:
     return own[1]
 
 
-def _code_panels(parts, ctx) -> tuple | None:
+def _code_panels(parts, group: int, ctx) -> tuple | None:
     """The weight's codes, scales and zero points packed for the code panel kernel, once per step
-    (kept in the step's memo), when compiled kernels are on."""
+    (kept in the step's memo), when compiled kernels are on: wide panels of deltas (code - zero)
+    where the CPU has 512-bit vectors and the deltas fit in int8, else panels of the codes."""
     cached = ctx.memo.get("code_panels")
     if cached is None or cached[0] is not parts[0]:
         if not jit.enabled():
             return None
-        cached = ctx.memo["code_panels"] = (parts[0], pack_code_panels(*parts))
+        packed = pack_delta_panels(*parts, group, WIDE_PANEL) if has_wide_vectors() else None
+        cached = ctx.memo["code_panels"] = (parts[0], packed or pack_code_panels(*parts))
     return cached[1]
 
 
@@ -101,12 +104,17 @@ def batch_invariant(inputs, attrs, ctx):
     rows_from = min_rows(w)
     y = None
     if "weight_group" in attrs:
-        if rows_from is None:  # infc's own order: the register tiles on code panels (2-3x the chain loop, decode rows too)
-            packed = _code_panels(inputs[2:], ctx)
-            y = None if packed is None else code_panel_product(rows, packed, w.shape[1], attrs["weight_group"],
-                                                               own_edges(w.shape[0]))
+        group = attrs["weight_group"]
+        # the register tiles on code panels: in infc's own order every row (2-3x the chain loop on AVX2,
+        # decode rows too); where a BLAS recipe serves the float32 rows, the decode rows under it, on
+        # 512-bit vectors only (eight-lane tiles lose to the codes chain loop there: 41 against 31 ms
+        # for SmolLM2's weights at one row, one Sapphire Rapids core; sixteen-lane tiles take 23)
+        edges = codes_edges(w, rows.shape[0], rows_from)
+        if edges is not None and (rows_from is None or has_wide_vectors()):
+            packed = _code_panels(inputs[2:], group, ctx)
+            y = None if packed is None else code_panel_product(rows, packed, w.shape[1], group, edges)
         if y is None:
-            y = codes_rows_product(rows, w, (*inputs[2:], attrs["weight_group"]), rows_from)
+            y = codes_rows_product(rows, w, (*inputs[2:], group), rows_from)
     if y is None:
         y = own_order_product(rows, w, _panels(w, ctx)) if rows_from is None else row_invariant_product(rows, w, rows_from)
     if y is None:
