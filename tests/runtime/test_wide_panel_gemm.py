@@ -106,3 +106,29 @@ def test_decode_rows_of_a_blas_served_code_step_run_on_wide_delta_panels(monkeyp
     for m in (1, 2, 5):
         (rows,) = step.batch_invariant([x[:, :m], weight, codes, scale, zero], coded, ctx)
         assert np.array_equal(rows, batch[:, :m]), m
+
+
+@needs_jit
+def test_decode_rows_of_a_blas_served_float32_step_run_on_wide_panels(monkeypatch):
+    """Float32 decode rows ran on the chain kernel (weight rows strided across the matrix); on a CPU
+    with 512-bit vectors they run on the weight packed in wide panels, with the chain kernel's cut of
+    K: the bits of the BLAS recipe's rows, of any batch; prefill rows stay on the BLAS."""
+    monkeypatch.setattr(invariant_gemm, "_MIN_ROWS", {})
+    monkeypatch.setattr(invariant_gemm, "_CHAIN_EDGES", {})
+    rng = np.random.default_rng(12)
+    k, n = 576, 1000
+    w = rng.standard_normal((k, n)).astype(np.float32)
+    rows_from = invariant_gemm.min_rows(w)
+    if rows_from is None or invariant_gemm._CHAIN_EDGES[(w.shape, w.strides)] is None:
+        pytest.skip("this BLAS has no row-invariant recipe with a chain cut (the own order serves every row)")
+    attrs = {"inner_op": "MatMul", "inner_domain": "", "const_inputs": [1]}
+    x = rng.standard_normal((1, 64, k)).astype(np.float32)
+    monkeypatch.setattr(step, "has_wide_vectors", lambda: False)
+    before = [step.batch_invariant([x[:, :m], w], attrs, KernelContext(17))[0] for m in (1, 3, 8, 64)]
+    monkeypatch.setattr(step, "has_wide_vectors", lambda: True)
+    ctx = KernelContext(17)
+    for m, want in zip((1, 3, 8, 64), before):
+        (got,) = step.batch_invariant([x[:, :m], w], attrs, ctx)
+        assert np.array_equal(got, want), m
+        assert np.array_equal(got[0], before[-1][0, :m]), m  # and the rows of a 64-row prefill
+    assert ctx.memo["wide_panels"][1].shape == (-(-n // WIDE_PANEL), k, WIDE_PANEL)
