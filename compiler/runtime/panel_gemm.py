@@ -225,6 +225,66 @@ def tiles(lanes: int = LANES) -> dict:
     return _TILES[lanes]
 
 
+HALF_PANEL = WIDE_PANEL // 2  # the half tiles' columns: two sixteen-lane vectors
+HALF_ROWS = range(ROW_TILE + 1, 2 * ROW_TILE + 1)  # rows a half tile takes (2 x 12 accumulators at most)
+_HALF_TILES: dict = {}
+
+
+def half_tiles() -> dict:
+    """Code tiles of 7-12 rows over half a wide panel (`hcodes_R`, `hucodes_R`, `hdcodes_R`): a
+    decode step of 7-12 sequences rebuilds each weight once per half panel instead of once per six
+    rows (twice), what bounds code GEMMs there."""
+    if not _HALF_TILES:
+        for rows in HALF_ROWS:
+            for prefix, codes in (("hcodes", "int8"), ("hucodes", "uint8"), ("hdcodes", "delta")):
+                _HALF_TILES[f"{prefix}_{rows}"] = _make_tile(rows, codes, WIDE_LANES, HALF_PANEL // WIDE_LANES)
+    return _HALF_TILES
+
+
+@jit(fastmath=IN_ORDER, intrinsics=half_tiles)
+def _half_tile(kind, count, a, i0, c, s, z, group, target, o0, j0, k0, k1):
+    """The half tile of `count` (7-12) rows on code view c (HALF_PANEL columns of a wide code panel)
+    with its scales s and zero points z (kind INT8, UINT8 or DELTA)."""
+    if kind == 1:
+        if count == 12:
+            hcodes_12(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821 - bound by `intrinsics`
+        elif count == 11:
+            hcodes_11(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 10:
+            hcodes_10(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 9:
+            hcodes_9(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 8:
+            hcodes_8(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        else:
+            hcodes_7(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    elif kind == 3:
+        if count == 12:
+            hdcodes_12(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 11:
+            hdcodes_11(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 10:
+            hdcodes_10(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 9:
+            hdcodes_9(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        elif count == 8:
+            hdcodes_8(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        else:
+            hdcodes_7(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    elif count == 12:
+        hucodes_12(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    elif count == 11:
+        hucodes_11(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    elif count == 10:
+        hucodes_10(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    elif count == 9:
+        hucodes_9(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    elif count == 8:
+        hucodes_8(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+    else:
+        hucodes_7(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+
+
 @jit(fastmath=IN_ORDER, intrinsics=tiles)
 def _tile(kind, count, a, i0, w, c, s, z, group, target, o0, j0, k0, k1):
     """The register tile of `count` rows: on float32 panel w (kind FLOAT), else on code panel c with
@@ -282,14 +342,15 @@ def _tile(kind, count, a, i0, w, c, s, z, group, target, o0, j0, k0, k1):
         ucodes_1(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
 
 
-@jit(fastmath=IN_ORDER, calls=(_tile,))
+@jit(fastmath=IN_ORDER, calls=(_tile, _half_tile))
 def _panel_columns(a, panels, codes, scale, zero, group, kind, bounds, p0, p1, n, out):
     """out[:, p0*P : p1*P] (cut at n) = a @ W's panels p0..p1-1 of P columns each, the chain kernel's
     sums: W as float32 panels (kind FLOAT; codes, scale, zero [1, 0, P] placeholders) or as code
     panels (kind INT8 / UINT8; panels a placeholder). P is the panels' width, the tiles' lanes x vectors."""
     rows = a.shape[0]
     panel = panels.shape[2] if kind == 0 else codes.shape[2]
-    scratch = np.empty((ROW_TILE, panel), np.float32)  # the last panel's columns past n land here
+    scratch = np.empty((2 * ROW_TILE, panel), np.float32)  # the last panel's columns past n land here
+    halves = kind != 0 and panel == 2 * HALF_PANEL  # wide code panels: 7-12 rows on half tiles
     for p in range(p0, p1):
         w = panels[p if kind == 0 else 0]
         q = 0 if kind == 0 else p
@@ -303,7 +364,23 @@ def _panel_columns(a, panels, codes, scale, zero, group, kind, bounds, p0, p1, n
             k0, k1 = bounds[b], bounds[b + 1]
             i0 = 0
             while i0 < rows:
-                count = min(ROW_TILE, rows - i0)
+                left = rows - i0
+                if halves and ROW_TILE < left <= 2 * ROW_TILE:
+                    if width < panel:
+                        scratch[:, :] = 0.0
+                    for h in range(0, panel, HALF_PANEL):
+                        ch, sh, zh = c[:, h:h + HALF_PANEL], s[:, h:h + HALF_PANEL], z[:, h:h + HALF_PANEL]
+                        if width == panel:
+                            _half_tile(kind, left, a, i0, ch, sh, zh, group, out, i0, j0 + h, k0, k1)
+                        else:
+                            _half_tile(kind, left, a, i0, ch, sh, zh, group, scratch, 0, h, k0, k1)
+                    if width < panel:
+                        for m in range(left):
+                            for j in range(width):
+                                out[i0 + m, j0 + j] += scratch[m, j]
+                    i0 = rows
+                    continue
+                count = min(ROW_TILE, left)
                 if width == panel:
                     _tile(kind, count, a, i0, w, c, s, z, group, out, i0, j0, k0, k1)
                 else:
@@ -333,7 +410,7 @@ def _renamed(fn, suffix: str):
 
 # the same loops on the wide tiles (panels of WIDE_PANEL columns)
 _wide_tile = jit(_renamed(_tile.fn, "_wide"), fastmath=IN_ORDER, intrinsics=lambda: tiles(WIDE_LANES))
-_wide_columns = jit(_renamed(_panel_columns.fn, "_wide"), fastmath=IN_ORDER, calls=(_wide_tile,))
+_wide_columns = jit(_renamed(_panel_columns.fn, "_wide"), fastmath=IN_ORDER, calls=(_wide_tile, _half_tile))
 _wide_blocks = jit(_renamed(_panel_blocks.fn, "_wide"), fastmath=IN_ORDER, calls=(_wide_columns,))
 
 

@@ -18,7 +18,7 @@ from infc.compiler.testing import random_block_codes
 
 needs_jit = pytest.mark.skipif(not jit.enabled(), reason="compiled kernels are off or numba is missing")
 CUTS = (None, 32, 5)  # the own order's cut of K, then cuts inside and across scale groups
-ROWS = ((0, 1), (3, 2), (7, 4), (1, 6), (2, 8), (9, 13))
+ROWS = ((0, 1), (3, 2), (7, 4), (1, 6), (4, 7), (2, 8), (5, 10), (0, 12), (9, 13))  # 7-12: half tiles
 
 
 def _edges(k: int, depth: int | None) -> np.ndarray:
