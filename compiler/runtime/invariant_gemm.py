@@ -43,7 +43,7 @@ from . import jit
 from .chain_gemm import candidate_rules, chain_product, k_blocks
 from .code_chain_gemm import codes_product
 from .gemm_impls import blas_threads, parallel_for
-from .panel_gemm import panel_product
+from .panel_gemm import has_wide_vectors, panel_product
 
 DENSE_PROBES = tuple(range(1, 17))  # the GEMV and smallest-kernel thresholds live here
 GROWTH = 1.5  # then probes every 1.5x up to the reference
@@ -182,7 +182,8 @@ def gemm_invariance_report() -> dict[str, str]:
         if not rows:
             return ("float32 in infc's own order for every row count, on packed weight panels (this BLAS's rows change with M)"
                     if jit.enabled() else "float64 (the probe found no usable threshold)")
-        chain = f"; 1-{max(CHAIN_ROWS, rows - 1)} rows on the chain kernel" if shape in chained else ""
+        wide = " (its sums on wide panels: this CPU has 512-bit vectors)" if has_wide_vectors() else ""
+        chain = f"; 1-{max(CHAIN_ROWS, rows - 1)} rows on the chain kernel{wide}" if shape in chained else ""
         return f"float32, from {rows} rows{chain}"
 
     return {f"{k}x{n}": how((k, n), rows) for (k, n), rows in sorted(verified_shapes().items())}

@@ -1,5 +1,5 @@
-"""The chain kernel's own-order sums, register-blocked on packed weight panels (decoder GEMMs where
-the BLAS has no row-invariant recipe).
+"""The chain kernel's sums, register-blocked on packed weight panels (decoder GEMMs where the BLAS
+has no row-invariant recipe; decode rows on CPUs with 512-bit vectors).
 
 Why: where invariant_gemm finds no BLAS recipe whose rows are independent of M (OpenBLAS's Haswell
 kernels, the ones AVX2 machines get), every row count of a decoder plan's GEMMs runs in one fixed
@@ -25,6 +25,19 @@ fp32's time to first token). `pack_code_panels` packs the codes, scales and zero
 same panels and the tile (`_make_tile` with `codes`) rebuilds each weight row in registers,
 (code - zero) * scale in float32 as the plan's DequantizeLinear does, before the same multiply-adds:
 the same bits as the codes chain kernel, without a float32 copy of the weight.
+
+Wide tiles (WIDE_LANES x 4 vectors, panels of WIDE_PANEL = 64 columns; `pack_panels(w, WIDE_PANEL)`)
+are the same loops on sixteen-lane vectors, for CPUs with AVX-512 (32 registers: 6 x 4 accumulators
+fit). Numba's functions carry no "min-legal-vector-width", so LLVM lowers the explicit 512-bit
+vectors to zmm registers though its own vectorizer prefers 256 bits on these cores. There they
+serve decode rows even where a BLAS recipe serves the rest (kernels/batch_invariant.py, with the
+chain kernel's cut of K, so the BLAS's bits): one row streams each panel in one run, and a code
+weight is rebuilt at sixteen lanes an instruction (on a Sapphire Rapids core, SmolLM2's weights at
+one row: float32 46 -> 40 ms, int8 codes 31 -> 23 ms, as deltas 19 ms). `pack_delta_panels` stores
+code - zero as int8 where it fits (symmetric int8; 4-bit codes with 4-bit zero points): the tile's
+"delta" kind skips the subtraction, the float of the difference being exactly the difference of
+the floats. 7-12 rows of wide code panels run on half tiles (two vectors, up to 12 rows) so that
+each weight is rebuilt once per pass rather than once per six rows.
 
 `panel_product` and `code_panel_product` return None when compiled kernels are off; callers keep
 the chain kernels or float64 (a process that turns them off midway mixes the two).
