@@ -235,10 +235,11 @@ def row_invariant_product(a: np.ndarray, w: np.ndarray, rows_from: int) -> np.nd
     return _product(padded, w, np.empty((rows_from, w.shape[1]), np.float32))[:m]
 
 
-def codes_edges(w: np.ndarray, m: int, rows_from: int | None) -> np.ndarray | None:
-    """The cut of K under which m rows of `w` run from its codes with the bits the float32 path gives
-    them (infc's own order, or the chain kernel's reproduction of the BLAS recipe's rows), or None
-    where the BLAS serves m rows (or the probe found no cut)."""
+def decode_edges(w: np.ndarray, m: int, rows_from: int | None) -> np.ndarray | None:
+    """The cut of K under which m rows of `w` get, from any kernel summing in the chain kernel's
+    order (its codes, wide panels), the bits the float32 path gives them (infc's own order, or the
+    chain kernel's reproduction of the BLAS recipe's rows), or None where the BLAS serves m rows (or
+    the probe found no cut)."""
     if rows_from is None:
         return own_edges(w.shape[0])
     if m <= CHAIN_ROWS or m < rows_from:
@@ -251,7 +252,7 @@ def codes_rows_product(a: np.ndarray, w: np.ndarray, codes, rows_from: int | Non
     the chain kernel, computed from `w`'s codes instead (runtime/code_chain_gemm.py: the same sums,
     bit for bit, from a quarter of the bytes); None for the rows the BLAS serves, or when the probe
     found no cut of K. `codes`: (codes [K, N], scale, zero [ceil(K / group), N], group)."""
-    edges = codes_edges(w, a.shape[0], rows_from)
+    edges = decode_edges(w, a.shape[0], rows_from)
     if edges is None:
         return None
     values, scale, zero, group = codes

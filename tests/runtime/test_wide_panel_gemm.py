@@ -81,17 +81,18 @@ def test_deltas_that_do_not_fit_in_int8_are_declined():
 
 
 @needs_jit
-@pytest.mark.parametrize("dtype", [np.int8, np.uint8])
-def test_decode_rows_of_a_blas_served_code_step_run_on_wide_delta_panels(monkeypatch, dtype):
+@pytest.mark.parametrize("dtype, fits", [(np.int8, True), (np.uint8, True), (np.uint8, False)])
+def test_decode_rows_of_a_blas_served_code_step_run_on_wide_delta_panels(monkeypatch, dtype, fits):
     """Where the BLAS recipe serves the float32 rows (min_rows found), decode rows of a code step ran
-    on the codes chain loop; on a CPU with 512-bit vectors they now run on wide delta panels, with the
-    bits of the float32 path (the chain kernel's reproduction of the BLAS's rows) and of any batch."""
+    on the codes chain loop; on a CPU with 512-bit vectors they now run on wide delta panels (wide
+    code panels where the deltas do not fit in int8), with the bits of the float32 path (the chain
+    kernel's reproduction of the BLAS's rows) and of any batch."""
     monkeypatch.setattr(invariant_gemm, "_MIN_ROWS", {})
     monkeypatch.setattr(invariant_gemm, "_CHAIN_EDGES", {})
     monkeypatch.setattr(step, "has_wide_vectors", lambda: True)
     rng = np.random.default_rng(11)
     k, n, group = 576, 960, 32
-    codes, scale, zero = _codes(rng, k, n, group, dtype)
+    codes, scale, zero = _codes(rng, k, n, group, dtype) if fits else random_block_codes(rng, k, n, group, dtype)
     weight = dequantize_linear([codes, scale, zero], {"axis": 0, "block_size": group}, None)[0]
     if invariant_gemm.min_rows(weight) is None or invariant_gemm._CHAIN_EDGES[(weight.shape, weight.strides)] is None:
         pytest.skip("this BLAS has no row-invariant recipe with a chain cut (the own order serves every row)")
@@ -101,7 +102,7 @@ def test_decode_rows_of_a_blas_served_code_step_run_on_wide_delta_panels(monkeyp
     ctx = KernelContext(17)
     (batch,) = step.batch_invariant([x, weight, codes, scale, zero], coded, ctx)
     packed = ctx.memo["code_panels"][1]
-    assert packed[0].shape[2] == WIDE_PANEL and packed[2].shape[1] == 0  # wide delta panels, packed once
+    assert packed[0].shape[2] == WIDE_PANEL and (packed[2].shape[1] == 0) == fits  # wide (delta) panels, packed once
     assert np.array_equal(batch, step.batch_invariant([x, weight], plain, KernelContext(17))[0])
     for m in (1, 2, 5):
         (rows,) = step.batch_invariant([x[:, :m], weight, codes, scale, zero], coded, ctx)

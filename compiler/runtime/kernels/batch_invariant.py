@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import jit
-from ..invariant_gemm import codes_edges, codes_rows_product, min_rows, own_edges, own_order_product, row_invariant_product
+from ..invariant_gemm import decode_edges, codes_rows_product, min_rows, own_edges, own_order_product, row_invariant_product
 from ...plan.format import release_mapped_pages
 from ..panel_gemm import (WIDE_PANEL, code_panel_product, has_wide_vectors, pack_code_panels, pack_delta_panels,
                           pack_panels, panel_product)
@@ -94,14 +94,17 @@ def _wide_panels(w: np.ndarray, ctx) -> np.ndarray | None:
 
 def _code_panels(parts, group: int, ctx) -> tuple | None:
     """The weight's codes, scales and zero points packed for the code panel kernel, once per step
-    (kept in the step's memo), when compiled kernels are on: wide panels of deltas (code - zero)
-    where the CPU has 512-bit vectors and the deltas fit in int8, else panels of the codes."""
+    (kept in the step's memo), when compiled kernels are on: where the CPU has 512-bit vectors, wide
+    panels of deltas (code - zero) when they fit in int8, else of the codes; elsewhere panels of the codes."""
     cached = ctx.memo.get("code_panels")
     if cached is None or cached[0] is not parts[0]:
         if not jit.enabled():
             return None
-        packed = pack_delta_panels(*parts, group, WIDE_PANEL) if has_wide_vectors() else None
-        cached = ctx.memo["code_panels"] = (parts[0], packed or pack_code_panels(*parts))
+        if has_wide_vectors():
+            packed = pack_delta_panels(*parts, group, WIDE_PANEL) or pack_code_panels(*parts, WIDE_PANEL)
+        else:
+            packed = pack_code_panels(*parts)
+        cached = ctx.memo["code_panels"] = (parts[0], packed)
         for part in parts:  # read again only by the codes chain loop, if compiled kernels are turned off
             release_mapped_pages(part)
     return cached[1]
@@ -127,7 +130,7 @@ def batch_invariant(inputs, attrs, ctx):
         # decode rows too); where a BLAS recipe serves the float32 rows, the decode rows under it, on
         # 512-bit vectors only (eight-lane tiles lose to the codes chain loop there: 41 against 31 ms
         # for SmolLM2's weights at one row, one Sapphire Rapids core; sixteen-lane tiles take 23)
-        edges = codes_edges(w, rows.shape[0], rows_from)
+        edges = decode_edges(w, rows.shape[0], rows_from)
         if edges is not None and (rows_from is None or has_wide_vectors()):
             packed = _code_panels(inputs[2:], group, ctx)
             y = None if packed is None else code_panel_product(rows, packed, w.shape[1], group, edges)
@@ -137,7 +140,7 @@ def batch_invariant(inputs, attrs, ctx):
         # the rows the chain kernel serves (decode rows), on wide panels with its cut of K: the same
         # bits, each thread streaming its columns in one run (SmolLM2's weights, one row, one core:
         # 46 -> 40 ms; decode steps 0.87-0.93x)
-        edges = codes_edges(w, rows.shape[0], rows_from)
+        edges = decode_edges(w, rows.shape[0], rows_from)
         if edges is not None:
             wide = _wide_panels(w, ctx)
             y = None if wide is None else panel_product(rows, wide, w.shape[1], edges)
