@@ -24,11 +24,12 @@ Measured against the padded recipe (1-thread BLAS per column block, 576 x 49152 
 
 from __future__ import annotations
 
+import time
 from functools import lru_cache
 
 import numpy as np
 
-from .gemm_impls import parallel_for
+from .gemm_impls import Backoff, parallel_for
 from .jit import IN_ORDER, jit, prange
 
 TILE = 1024  # columns per tile: 4 weight rows + 8 accumulator rows of it fit in L1
@@ -153,12 +154,29 @@ def chain_product(a: np.ndarray, w: np.ndarray, edges: np.ndarray, blocks, out: 
 def over_column_blocks(blocks, n: int, run_block, blocks_kernel, run_spread) -> None:
     """The column blocks of a chain kernel's call: one block at once; several on numba's threads
     (`blocks_kernel`'s parallel build, called as run_spread(build, block array): no GIL round trip
-    per call, jit.py), else shared with the helper thread (run_block(n0, n1) each)."""
+    per call, jit.py), else shared with the helper thread (run_block(n0, n1) each).
+
+    A parallel loop ends when both threads have done their block, so when the other core is busy
+    with another process the call waits for numba's thread to be scheduled (on a machine loaded to
+    3-4 runnable threads a core, SmolLM2 decode steps took 1.1-1.45x longer on two threads than on
+    one). So a call whose thread sat idle waiting for that long (wall time past its own CPU time,
+    the rule parallel_for's helper follows) keeps the next 2, 4, ... 64 calls on this thread, then
+    tries again. Columns never change a sum, so neither does this."""
     if len(blocks) == 1:
         run_block(0, n)
         return
     spread = blocks_kernel.get_parallel()
-    if spread is not None:
-        run_spread(spread, block_array(tuple(blocks)))
-    else:
+    if spread is None:
         parallel_for(len(blocks), lambda i: run_block(blocks[i][0], blocks[i][1]))
+        return
+    if _SPREAD_BACKOFF.skip:
+        _SPREAD_BACKOFF.skip -= 1
+        run_block(0, n)
+        return
+    started, own_started = time.perf_counter(), time.thread_time()
+    run_spread(spread, block_array(tuple(blocks)))
+    finished = time.perf_counter()
+    _SPREAD_BACKOFF.record(started, started + (time.thread_time() - own_started), finished)
+
+
+_SPREAD_BACKOFF = Backoff()

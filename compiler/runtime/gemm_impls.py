@@ -202,9 +202,10 @@ def parallel_for(count: int, fn: Callable[[int], None], nbytes: int | None = Non
         raise loop.error
 
 
-class _Backoff:
+class Backoff:
     """When the caller keeps waiting for an item the helper started late (its core is busy with
-    another process), loops stay on the caller for the next 2, 4, ... 64 calls, then try again."""
+    another process), loops stay on the caller for the next 2, 4, ... 64 calls, then try again.
+    (chain_gemm.over_column_blocks keeps one for numba's threads.)"""
 
     def __init__(self):
         self.skip, self.level = 0, 0
@@ -218,7 +219,7 @@ class _Backoff:
             self.level = 0
 
 
-_BACKOFF = _Backoff()
+_BACKOFF = Backoff()
 
 
 def _rows(a: np.ndarray, k: int) -> np.ndarray:

@@ -43,7 +43,7 @@ from . import jit
 from .chain_gemm import candidate_rules, chain_product, k_blocks
 from .code_chain_gemm import codes_product
 from .gemm_impls import blas_threads, parallel_for
-from .panel_gemm import panel_product
+from .panel_gemm import has_wide_vectors, panel_product
 
 DENSE_PROBES = tuple(range(1, 17))  # the GEMV and smallest-kernel thresholds live here
 GROWTH = 1.5  # then probes every 1.5x up to the reference
@@ -182,7 +182,8 @@ def gemm_invariance_report() -> dict[str, str]:
         if not rows:
             return ("float32 in infc's own order for every row count, on packed weight panels (this BLAS's rows change with M)"
                     if jit.enabled() else "float64 (the probe found no usable threshold)")
-        chain = f"; 1-{max(CHAIN_ROWS, rows - 1)} rows on the chain kernel" if shape in chained else ""
+        wide = " (its sums on wide panels: this CPU has 512-bit vectors)" if has_wide_vectors() else ""
+        chain = f"; 1-{max(CHAIN_ROWS, rows - 1)} rows on the chain kernel{wide}" if shape in chained else ""
         return f"float32, from {rows} rows{chain}"
 
     return {f"{k}x{n}": how((k, n), rows) for (k, n), rows in sorted(verified_shapes().items())}
@@ -234,18 +235,24 @@ def row_invariant_product(a: np.ndarray, w: np.ndarray, rows_from: int) -> np.nd
     return _product(padded, w, np.empty((rows_from, w.shape[1]), np.float32))[:m]
 
 
+def decode_edges(w: np.ndarray, m: int, rows_from: int | None) -> np.ndarray | None:
+    """The cut of K under which m rows of `w` get, from any kernel summing in the chain kernel's
+    order (its codes, wide panels), the bits the float32 path gives them (infc's own order, or the
+    chain kernel's reproduction of the BLAS recipe's rows), or None where the BLAS serves m rows (or
+    the probe found no cut)."""
+    if rows_from is None:
+        return own_edges(w.shape[0])
+    if m <= CHAIN_ROWS or m < rows_from:
+        return _CHAIN_EDGES.get((w.shape, w.strides))
+    return None
+
+
 def codes_rows_product(a: np.ndarray, w: np.ndarray, codes, rows_from: int | None) -> np.ndarray | None:
     """The rows `row_invariant_product` (or, with rows_from None, `own_order_product`) would run on
     the chain kernel, computed from `w`'s codes instead (runtime/code_chain_gemm.py: the same sums,
     bit for bit, from a quarter of the bytes); None for the rows the BLAS serves, or when the probe
     found no cut of K. `codes`: (codes [K, N], scale, zero [ceil(K / group), N], group)."""
-    m = a.shape[0]
-    if rows_from is None:
-        edges = own_edges(w.shape[0])
-    elif m <= CHAIN_ROWS or m < rows_from:
-        edges = _CHAIN_EDGES.get((w.shape, w.strides))
-    else:
-        return None
+    edges = decode_edges(w, a.shape[0], rows_from)
     if edges is None:
         return None
     values, scale, zero, group = codes

@@ -178,3 +178,49 @@ def test_a_fresh_process_probes_the_threading_layer_first_without_deadlock():
     env["GOMP_SPINCOUNT"] = "77"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0 and done.stdout.split()[1] == "77"
+
+
+
+class _Clock:
+    """chain_gemm's `time` for the backoff tests: a parallel call advances the wall clock by `wall`
+    and this thread's CPU clock by `own` (no real timing)."""
+
+    def __init__(self):
+        self.wall = self.own = 0.0
+
+    def perf_counter(self):
+        return self.wall
+
+    def thread_time(self):
+        return self.own
+
+
+def _calls_with(monkeypatch, waits: list[bool], count: int) -> list:
+    """`count` calls of over_column_blocks; the parallel ones wait (or not) as `waits` says in turn."""
+    clock, calls, order = _Clock(), [], iter(waits)
+    monkeypatch.setattr(chain_gemm, "time", clock)
+    monkeypatch.setattr(chain_gemm, "_SPREAD_BACKOFF", chain_gemm.Backoff())
+
+    class Kernel:
+        def get_parallel(self):
+            return "spread"
+
+    def spread(build, blocks):
+        calls.append("spread")
+        clock.wall += 0.002
+        clock.own += 0.0002 if next(order) else 0.002  # idle while the other thread started late, or busy
+
+    for _ in range(count):
+        chain_gemm.over_column_blocks(((0, 64), (64, 100)), 100, lambda n0, n1: calls.append((n0, n1)), Kernel(), spread)
+    return calls
+
+
+def test_a_parallel_call_left_waiting_for_the_other_thread_keeps_the_next_calls_on_this_thread(monkeypatch):
+    """On a loaded machine numba's second thread may start late and the loop's join waits for it:
+    after such a call (wall time far past this thread's own CPU time) the next 2 calls run on this
+    thread alone, then two threads are tried again."""
+    assert _calls_with(monkeypatch, [True, False, False], 5) == ["spread", (0, 100), (0, 100), "spread", "spread"]
+
+
+def test_parallel_calls_that_keep_this_thread_busy_stay_parallel(monkeypatch):
+    assert _calls_with(monkeypatch, [False, False, False], 3) == ["spread", "spread", "spread"]

@@ -7,7 +7,8 @@ own order does, on code panels, runtime/panel_gemm.py), and
 
 A float32 MatMul by a 2-D weight runs in float32 through invariant_gemm: the fixed BLAS recipe this
 machine was checked to keep row-invariant, rows padded up to the shape's threshold (decode-sized
-rows on the chain kernel); a shape whose probe failed runs every row count in its own fixed order,
+rows on the chain kernel, or with its sums on wide panels where the CPU has 512-bit vectors, codes
+steps on wide panels of their codes); a shape whose probe failed runs every row count in its own fixed order,
 on the weight packed into panels (runtime/panel_gemm.py). Anything else (other inner ops, other dtypes, compiled kernels off) runs the inner
 op in float64 and rounds back (`float64_op`), which is invariant whatever the BLAS does, at twice
 the cost.
@@ -18,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import jit
-from ..invariant_gemm import codes_rows_product, min_rows, own_edges, own_order_product, row_invariant_product
+from ..invariant_gemm import decode_edges, codes_rows_product, min_rows, own_edges, own_order_product, row_invariant_product
 from ...plan.format import release_mapped_pages
-from ..panel_gemm import code_panel_product, pack_code_panels, pack_panels, panel_product
+from ..panel_gemm import (WIDE_PANEL, code_panel_product, has_wide_vectors, pack_code_panels, pack_delta_panels,
+                          pack_panels, panel_product)
 from .common import KernelContext
 
 
@@ -75,14 +77,36 @@ def _panels(w: np.ndarray, ctx) -> np.ndarray | None:
     return own[1]
 
 
-def _code_panels(parts, ctx) -> tuple | None:
+def _wide_panels(w: np.ndarray, ctx) -> np.ndarray | None:
+    """The weight packed in wide panels for its decode rows, once per step (kept in the step's memo),
+    when compiled kernels are on. The BLAS still reads the weight itself for prefill rows, so its
+    mapped pages are given back and come back from the page cache when a prefill reads them: a
+    decode-only stretch holds the panels alone, a prefill both (clean file pages, which the kernel
+    may reclaim)."""
+    cached = ctx.memo.get("wide_panels")
+    if cached is None or cached[0] is not w:
+        if not jit.enabled():
+            return None
+        cached = ctx.memo["wide_panels"] = (w, pack_panels(w, WIDE_PANEL))
+        release_mapped_pages(w)
+    return cached[1]
+
+
+def _code_panels(parts, group: int, ctx) -> tuple | None:
     """The weight's codes, scales and zero points packed for the code panel kernel, once per step
-    (kept in the step's memo), when compiled kernels are on."""
+    (kept in the step's memo), when compiled kernels are on: where the CPU has 512-bit vectors, wide
+    panels of deltas (code - zero) when they fit in int8, else of the codes; elsewhere panels of the codes."""
     cached = ctx.memo.get("code_panels")
     if cached is None or cached[0] is not parts[0]:
         if not jit.enabled():
             return None
-        cached = ctx.memo["code_panels"] = (parts[0], pack_code_panels(*parts))
+        if has_wide_vectors():
+            packed = pack_delta_panels(*parts, group, WIDE_PANEL) or pack_code_panels(*parts, WIDE_PANEL)
+        else:
+            packed = pack_code_panels(*parts)
+        cached = ctx.memo["code_panels"] = (parts[0], packed)
+        for part in parts:  # read again only by the codes chain loop, if compiled kernels are turned off
+            release_mapped_pages(part)
     return cached[1]
 
 
@@ -101,12 +125,25 @@ def batch_invariant(inputs, attrs, ctx):
     rows_from = min_rows(w)
     y = None
     if "weight_group" in attrs:
-        if rows_from is None:  # infc's own order: the register tiles on code panels (2-3x the chain loop, decode rows too)
-            packed = _code_panels(inputs[2:], ctx)
-            y = None if packed is None else code_panel_product(rows, packed, w.shape[1], attrs["weight_group"],
-                                                               own_edges(w.shape[0]))
+        group = attrs["weight_group"]
+        # the register tiles on code panels: in infc's own order every row (2-3x the chain loop on AVX2,
+        # decode rows too); where a BLAS recipe serves the float32 rows, the decode rows under it, on
+        # 512-bit vectors only (eight-lane tiles lose to the codes chain loop there: 41 against 31 ms
+        # for SmolLM2's weights at one row, one Sapphire Rapids core; sixteen-lane tiles take 23)
+        edges = decode_edges(w, rows.shape[0], rows_from)
+        if edges is not None and (rows_from is None or has_wide_vectors()):
+            packed = _code_panels(inputs[2:], group, ctx)
+            y = None if packed is None else code_panel_product(rows, packed, w.shape[1], group, edges)
         if y is None:
-            y = codes_rows_product(rows, w, (*inputs[2:], attrs["weight_group"]), rows_from)
+            y = codes_rows_product(rows, w, (*inputs[2:], group), rows_from)
+    if y is None and rows_from is not None and has_wide_vectors():
+        # the rows the chain kernel serves (decode rows), on wide panels with its cut of K: the same
+        # bits, each thread streaming its columns in one run (SmolLM2's weights, one row, one core:
+        # 46 -> 40 ms; decode steps 0.87-0.93x)
+        edges = decode_edges(w, rows.shape[0], rows_from)
+        if edges is not None:
+            wide = _wide_panels(w, ctx)
+            y = None if wide is None else panel_product(rows, wide, w.shape[1], edges)
     if y is None:
         y = own_order_product(rows, w, _panels(w, ctx)) if rows_from is None else row_invariant_product(rows, w, rows_from)
     if y is None:
