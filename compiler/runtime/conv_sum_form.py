@@ -14,9 +14,12 @@ exporter wrote, and onnxruntime fuses it as it would for the user.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
+
+if TYPE_CHECKING:  # the runtime loads plans without onnx (tests/runtime/test_executor.py); sessions import it
+    import onnx
 
 # FusedConv's activation -> the attributes its activation_params become (Clip: constant inputs)
 ACTIVATION_ATTRS = {"Relu": (), "Tanh": (), "Sigmoid": (), "LeakyRelu": ("alpha",), "HardSigmoid": ("alpha", "beta"),
@@ -32,6 +35,7 @@ def has_sum(op: str, domain: str, inputs: list[str]) -> bool:
 def conv_sum_nodes(inputs: list[str], output: str, attrs: dict, name: str = "") -> list[onnx.NodeProto] | None:
     """The Conv, Add and activation nodes (and Clip's bound constants) that compute the FusedConv
     `attrs` (plain values, as decoded) over `inputs`; None when its activation has no form here."""
+    from onnx import helper, numpy_helper  # noqa: PLC0415
     activation = attrs.get("activation") or ""
     activation = activation.decode() if isinstance(activation, bytes) else activation
     if activation and activation not in ACTIVATION_ATTRS:
@@ -56,6 +60,9 @@ def with_conv_sums_unfused(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model (a copy when anything changes) with every FusedConv residual sum in the exporter's form."""
     if not any(has_sum(n.op_type, n.domain, list(n.input)) for n in model.graph.node):
         return model
+    import onnx  # noqa: PLC0415
+    from onnx import helper  # noqa: PLC0415
+
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     nodes = []
