@@ -12,10 +12,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..fused_activations import ACTIVATION_ATTRS as FUSED_ATTRS, attribute_names
+
 # activation name -> how activation_params become the ONNX op's attributes (Clip: constant inputs)
-ACTIVATION_ATTRS = {"Relu": (), "Tanh": (), "Sigmoid": (), "LeakyRelu": ("alpha",), "HardSigmoid": ("alpha", "beta"),
-                    "HardSwish": (), "Clip": (), "Elu": ("alpha",), "ThresholdedRelu": ("alpha",), "Selu": ("alpha", "gamma"),
-                    "Softplus": (), "Softsign": ()}
+ACTIVATION_ATTRS = {**{name: attribute_names(name) for name in FUSED_ATTRS}, "Clip": ()}
 UNFUSED = {"FusedConv": "Conv", "FusedGemm": "Gemm"}
 _ACTIVATION_FIELDS = ("activation", "activation_params", "activation_alpha", "activation_beta", "activation_gamma")
 

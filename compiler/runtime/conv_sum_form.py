@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..fused_activations import ACTIVATION_ATTRS as FUSED_ATTRS, attribute_names
+
 if TYPE_CHECKING:  # the runtime loads plans without onnx (tests/runtime/test_executor.py); sessions import it
     import onnx
 
 # FusedConv's activation -> the attributes its activation_params become (Clip: constant inputs)
-ACTIVATION_ATTRS = {"Relu": (), "Tanh": (), "Sigmoid": (), "LeakyRelu": ("alpha",), "HardSigmoid": ("alpha", "beta"),
-                    "Clip": ()}
+ACTIVATION_ATTRS = {**{name: attribute_names(name) for name in FUSED_ATTRS}, "Clip": ()}
 _ACTIVATION_FIELDS = ("activation", "activation_params")
 
 

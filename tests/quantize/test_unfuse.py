@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from infc.compiler.passes.fuse.gemm import _ACTIVATIONS as FUSED_ACTIVATIONS
+from infc.compiler.fused_activations import ACTIVATION_ATTRS, FUSED_GEMM_ACTIVATIONS
 from infc.compiler.quantize.unfuse import unfuse_activations
 from infc.compiler.testing import make_model
 from infc.compiler.verify import ort_session
 
 F32 = np.float32
+FUSED_ACTIVATIONS = {name: dict(ACTIVATION_ATTRS[name]) for name in FUSED_GEMM_ACTIVATIONS}  # what the Gemm fusion writes
 
 
 @pytest.mark.parametrize("activation", sorted(FUSED_ACTIVATIONS))

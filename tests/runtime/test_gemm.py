@@ -1,9 +1,10 @@
 import numpy as np
 import pytest
 
-from infc.compiler.passes.fuse.gemm import _ACTIVATIONS as FUSED_ACTIVATIONS
+from infc.compiler.fused_activations import ACTIVATION_ATTRS, FUSED_GEMM_ACTIVATIONS
 
 F32 = np.float32
+FUSED_ACTIVATIONS = {name: dict(ACTIVATION_ATTRS[name]) for name in FUSED_GEMM_ACTIVATIONS}  # what the Gemm fusion writes
 MS = "com.microsoft"
 
 

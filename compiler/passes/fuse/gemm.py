@@ -15,16 +15,13 @@ from __future__ import annotations
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from ...fused_activations import ACTIVATION_ATTRS, FUSED_GEMM_ACTIVATIONS
 from ...graph import opset_of
 from ..engine import Match, Rule
 from ..pattern import const, op, var
 
 # The activations onnxruntime's FusedGemm runs, with their attributes' ONNX defaults.
-_ACTIVATIONS = {
-    "Relu": {}, "Sigmoid": {}, "Tanh": {}, "Softplus": {}, "Softsign": {},
-    "LeakyRelu": {"alpha": 0.01}, "HardSigmoid": {"alpha": 0.2, "beta": 0.5}, "Elu": {"alpha": 1.0},
-    "ThresholdedRelu": {"alpha": 1.0}, "Selu": {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
-}
+_ACTIVATIONS = {name: dict(ACTIVATION_ATTRS[name]) for name in FUSED_GEMM_ACTIVATIONS}
 
 
 def _check_bias(m: Match) -> str | None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ...fused_activations import SELU_ALPHA, SELU_GAMMA
 from ..gemm_impls import OPENBLAS_SERIAL_MACS, blas_threads, product_into
 from . import im2col as phased
 from . import jit_conv
@@ -359,8 +360,6 @@ def apply_activation(y: np.ndarray, name: str | None, params) -> np.ndarray:
         return y
     raise NotImplementedError(f"fused activation {name}")
 
-
-SELU_ALPHA, SELU_GAMMA = 1.67326319217681884765625, 1.05070102214813232421875
 
 
 IN_PLACE_ACTIVATIONS = {"Relu", "Tanh", "Sigmoid", "Clip", "HardSigmoid"}

@@ -7,7 +7,8 @@ import numpy as np
 
 from ..gemm_impls import product_into
 from .common import arg, is_exotic, to_compute
-from .conv import SELU_ALPHA, SELU_GAMMA, apply_activation
+from ...fused_activations import ACTIVATION_ATTRS
+from .conv import apply_activation
 
 
 def _into(ctx, shape, dtype):
@@ -87,10 +88,8 @@ def gemm(inputs, attrs, ctx):
     return [gemm_forward(inputs, attrs)]
 
 
-# FusedGemm's activation attributes in activation_params order, with onnxruntime's defaults
-FUSED_GEMM_PARAMS = {"LeakyRelu": (("alpha", 0.01),), "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)),
-                     "Clip": (("alpha", -np.inf), ("beta", np.inf)), "Elu": (("alpha", 1.0),),
-                     "ThresholdedRelu": (("alpha", 1.0),), "Selu": (("alpha", SELU_ALPHA), ("gamma", SELU_GAMMA))}
+# FusedGemm's activation attributes in activation_params order (Clip's bounds as alpha and beta)
+FUSED_GEMM_PARAMS = {**ACTIVATION_ATTRS, "Clip": (("alpha", -np.inf), ("beta", np.inf))}
 
 
 def fused_gemm(inputs, attrs, ctx):
