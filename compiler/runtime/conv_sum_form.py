@@ -16,45 +16,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from ..fused_activations import ACTIVATION_ATTRS as FUSED_ATTRS, attribute_names
+from ..unfused_form import constant_nodes, has_sum, unfused_nodes
 
 if TYPE_CHECKING:  # the runtime loads plans without onnx (tests/runtime/test_executor.py); sessions import it
     import onnx
 
-# FusedConv's activation -> the attributes its activation_params become (Clip: constant inputs)
-ACTIVATION_ATTRS = {**{name: attribute_names(name) for name in FUSED_ATTRS}, "Clip": ()}
-_ACTIVATION_FIELDS = ("activation", "activation_params")
-
-
-def has_sum(op: str, domain: str, inputs: list[str]) -> bool:
-    """A com.microsoft.FusedConv with a residual input whose activation, if any, has an ONNX op."""
-    return op == "FusedConv" and domain == "com.microsoft" and len(inputs) > 3 and bool(inputs[3])
+__all__ = ["conv_sum_nodes", "has_sum", "with_conv_sums_unfused"]
 
 
 def conv_sum_nodes(inputs: list[str], output: str, attrs: dict, name: str = "") -> list[onnx.NodeProto] | None:
-    """The Conv, Add and activation nodes (and Clip's bound constants) that compute the FusedConv
-    `attrs` (plain values, as decoded) over `inputs`; None when its activation has no form here."""
-    from onnx import helper, numpy_helper  # noqa: PLC0415
-    activation = attrs.get("activation") or ""
-    activation = activation.decode() if isinstance(activation, bytes) else activation
-    if activation and activation not in ACTIVATION_ATTRS:
+    """The Conv, Add and activation nodes (Clip's bounds as Constant nodes) that compute the
+    FusedConv `attrs` (plain values, as decoded) over `inputs`; None when its activation has no form here."""
+    unfused = unfused_nodes("FusedConv", inputs, output, attrs, name)
+    if unfused is None:
         return None
-    params = [float(p) for p in np.ravel(attrs.get("activation_params", []))]
-    conv_attrs = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in attrs.items() if k not in _ACTIVATION_FIELDS}
-    conv_out, sum_out = f"{output}::conv", (f"{output}::sum" if activation else output)
-    nodes = [helper.make_node("Conv", list(inputs[:3]), [conv_out], name=f"{name}::conv", **conv_attrs),
-             helper.make_node("Add", [conv_out, inputs[3]], [sum_out], name=f"{name}::sum")]
-    if activation == "Clip":
-        bounds = [f"{output}::clip_min", f"{output}::clip_max"]
-        nodes += [helper.make_node("Constant", [], [bound], name=f"{name}::{bound}", value=numpy_helper.from_array(np.array(value, np.float32)))
-                  for bound, value in zip(bounds, params[:2])]
-        nodes.append(helper.make_node("Clip", [sum_out, *bounds[:len(params[:2])]], [output], name=f"{name}::clip"))
-    elif activation:
-        nodes.append(helper.make_node(activation, [sum_out], [output], name=f"{name}::act",
-                                      **dict(zip(ACTIVATION_ATTRS[activation], params))))
-    return nodes
+    nodes, constants = unfused
+    return constant_nodes(constants) + nodes
 
 
 def with_conv_sums_unfused(model: onnx.ModelProto) -> onnx.ModelProto:
