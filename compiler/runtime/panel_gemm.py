@@ -22,7 +22,7 @@ Weight-only quantized plans (`--precision w8`, onnxruntime-genai int4 exports) h
 codes with per-group scales and zero points. There, code_chain_gemm.py's loop, which rebuilds four
 weight rows at a time in memory, did about 35 GFLOP/s on prefill rows (SmolLM2 w8 took twice
 fp32's time to first token). `pack_code_panels` packs the codes, scales and zero points into the
-same panels and the tile (`_make_tile` with `codes`) rebuilds each weight row in registers,
+same panels and the tile (`_tile_codegen` with `codes`) rebuilds each weight row in registers,
 (code - zero) * scale in float32 as the plan's DequantizeLinear does, before the same multiply-adds:
 the same bits as the codes chain kernel, without a float32 copy of the weight.
 
@@ -107,8 +107,8 @@ def panel_blocks(count: int, macs: int) -> tuple[tuple[int, int], ...]:
     return ((0, count // 2), (count // 2, count))
 
 
-def _make_tile(rows: int, codes: str | None = None, lanes: int = LANES, vectors: int = VECTORS):
-    """A numba intrinsic tile(a, i0, w, out, o0, j0, k0, k1): for r < rows and c < panel (lanes x vectors),
+def _tile_codegen(rows: int, codes: str | None, lanes: int, vectors: int):
+    """The IR of tile(a, i0, w, out, o0, j0, k0, k1): for r < rows and c < panel (lanes x vectors),
     out[o0 + r, j0 + c] += chain over k in [k0, k1) of a[i0 + r, k] * w[k, c], from zero.
     a, w and out are 2-D float32 arrays with unit column stride; w is one panel [K, panel].
 
@@ -119,9 +119,7 @@ def _make_tile(rows: int, codes: str | None = None, lanes: int = LANES, vectors:
     c holds code - zero as int8 (z unread), whose float is exactly float(code) - float(zero), so the
     weight, and the sums, are the same bits for one subtraction less."""
     from llvmlite import ir  # noqa: PLC0415 - numba's own dependency: only when compiled kernels are on
-    from numba import types  # noqa: PLC0415
     from numba.core import cgutils  # noqa: PLC0415
-    from numba.extending import intrinsic  # noqa: PLC0415
 
     panel = lanes * vectors
     f32 = ir.FloatType()
@@ -208,15 +206,43 @@ def _make_tile(rows: int, codes: str | None = None, lanes: int = LANES, vectors:
                               target, align=4)
         return context.get_dummy_value()
 
-    if codes:
-        def typer(typingctx, a, i0, c, s, z, group, out, o0, j0, k0, k1):
-            index = types.intp
-            return types.void(a, index, c, s, z, index, out, index, index, index, index), codegen
-    else:
-        def typer(typingctx, a, i0, w, out, o0, j0, k0, k1):
-            return types.void(a, types.intp, w, out, types.intp, types.intp, types.intp, types.intp), codegen
+    return codegen
 
-    typer.__name__ = f"panel_tile_{codes or 'float32'}_{rows}" + ("" if lanes == LANES else f"_x{lanes}")
+
+def _make_tiles(row_counts: range, codes: str | None = None, lanes: int = LANES, vectors: int = VECTORS):
+    """A numba intrinsic tile(count, ...): the register tile of `count` rows (one of `row_counts`;
+    anything else: the first), its other arguments those of _tile_codegen's tile. One switch in the
+    IR over each row count's tile, so the kernels calling it need no branch per row count."""
+    from llvmlite import ir  # noqa: PLC0415 - numba's own dependency: only when compiled kernels are on
+    from numba import types  # noqa: PLC0415
+    from numba.extending import intrinsic  # noqa: PLC0415
+
+    bodies = {rows: _tile_codegen(rows, codes, lanes, vectors) for rows in row_counts}
+
+    def codegen(context, builder, signature, args):
+        count, rest = args[0], args[1:]
+        inner = signature.replace(args=signature.args[1:])
+        blocks = {rows: builder.append_basic_block(f"tile.{rows}") for rows in bodies}
+        done = builder.append_basic_block("tile.done")
+        switch = builder.switch(count, blocks[row_counts[0]])
+        for rows, block in blocks.items():
+            switch.add_case(ir.Constant(count.type, rows), block)
+            builder.position_at_end(block)
+            bodies[rows](context, builder, inner, rest)
+            builder.branch(done)  # from wherever the tile's loops left the builder
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    index = types.intp
+    if codes:
+        def typer(typingctx, count, a, i0, c, s, z, group, out, o0, j0, k0, k1):
+            return types.void(index, a, index, c, s, z, index, out, index, index, index, index), codegen
+    else:
+        def typer(typingctx, count, a, i0, w, out, o0, j0, k0, k1):
+            return types.void(index, a, index, w, out, index, index, index, index), codegen
+
+    typer.__name__ = (f"panel_tiles_{codes or 'float32'}_{row_counts[0]}_{row_counts[-1]}"
+                      + ("" if lanes == LANES else f"_x{lanes}"))
     return intrinsic(typer)
 
 
@@ -224,33 +250,29 @@ _TILES: dict = {}
 
 
 def tiles(lanes: int = LANES) -> dict:
-    """The register tiles by rows: `tile_R` on float32 panels, `codes_R` / `ucodes_R` on int8 / uint8
-    codes, `dcodes_R` on int8 deltas (code - zero); `lanes` float32 lanes a vector (WIDE_LANES: the wide tiles, panels of WIDE_PANEL columns)."""
+    """The register tiles of 1..ROW_TILE rows (their row count an argument): `float_tile` on float32
+    panels, `int8_tile` / `uint8_tile` on int8 / uint8 codes, `delta_tile` on int8 deltas (code -
+    zero); `lanes` float32 lanes a vector (WIDE_LANES: the wide tiles, panels of WIDE_PANEL columns)."""
     if lanes not in _TILES:
         vectors = PANEL // LANES if lanes == LANES else WIDE_PANEL // lanes
-        made = {}
-        for rows in range(1, ROW_TILE + 1):
-            made[f"tile_{rows}"] = _make_tile(rows, None, lanes, vectors)
-            made[f"codes_{rows}"] = _make_tile(rows, "int8", lanes, vectors)
-            made[f"ucodes_{rows}"] = _make_tile(rows, "uint8", lanes, vectors)
-            made[f"dcodes_{rows}"] = _make_tile(rows, "delta", lanes, vectors)
-        _TILES[lanes] = made
+        rows = range(1, ROW_TILE + 1)
+        _TILES[lanes] = {f"{kind}_tile": _make_tiles(rows, codes, lanes, vectors) for kind, codes in _TILE_KINDS}
     return _TILES[lanes]
 
 
+_TILE_KINDS = (("float", None), ("int8", "int8"), ("uint8", "uint8"), ("delta", "delta"))
 HALF_PANEL = WIDE_PANEL // 2  # the half tiles' columns: two sixteen-lane vectors
 HALF_ROWS = range(ROW_TILE + 1, 2 * ROW_TILE + 1)  # rows a half tile takes (2 x 12 accumulators at most)
 _HALF_TILES: dict = {}
 
 
 def half_tiles() -> dict:
-    """Code tiles of 7-12 rows over half a wide panel (`hcodes_R`, `hucodes_R`, `hdcodes_R`): a
+    """Code tiles of 7-12 rows over half a wide panel (`int8_half`, `uint8_half`, `delta_half`): a
     decode step of 7-12 sequences rebuilds each weight once per half panel instead of once per six
     rows (twice), what bounds code GEMMs there."""
     if not _HALF_TILES:
-        for rows in HALF_ROWS:
-            for prefix, codes in (("hcodes", "int8"), ("hucodes", "uint8"), ("hdcodes", "delta")):
-                _HALF_TILES[f"{prefix}_{rows}"] = _make_tile(rows, codes, WIDE_LANES, HALF_PANEL // WIDE_LANES)
+        for kind, codes in _TILE_KINDS[1:]:
+            _HALF_TILES[f"{kind}_half"] = _make_tiles(HALF_ROWS, codes, WIDE_LANES, HALF_PANEL // WIDE_LANES)
     return _HALF_TILES
 
 
@@ -259,43 +281,11 @@ def _half_tile(kind, count, a, i0, c, s, z, group, target, o0, j0, k0, k1):
     """The half tile of `count` (7-12) rows on code view c (HALF_PANEL columns of a wide code panel)
     with its scales s and zero points z (kind INT8, UINT8 or DELTA)."""
     if kind == 1:
-        if count == 12:
-            hcodes_12(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821 - bound by `intrinsics`
-        elif count == 11:
-            hcodes_11(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 10:
-            hcodes_10(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 9:
-            hcodes_9(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 8:
-            hcodes_8(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        else:
-            hcodes_7(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        int8_half(count, a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821 - bound by `intrinsics`
     elif kind == 3:
-        if count == 12:
-            hdcodes_12(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 11:
-            hdcodes_11(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 10:
-            hdcodes_10(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 9:
-            hdcodes_9(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 8:
-            hdcodes_8(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        else:
-            hdcodes_7(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-    elif count == 12:
-        hucodes_12(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-    elif count == 11:
-        hucodes_11(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-    elif count == 10:
-        hucodes_10(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-    elif count == 9:
-        hucodes_9(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-    elif count == 8:
-        hucodes_8(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        delta_half(count, a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
     else:
-        hucodes_7(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        uint8_half(count, a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
 
 
 @jit(fastmath=IN_ORDER, intrinsics=tiles)
@@ -303,56 +293,13 @@ def _tile(kind, count, a, i0, w, c, s, z, group, target, o0, j0, k0, k1):
     """The register tile of `count` rows: on float32 panel w (kind FLOAT), else on code panel c with
     scales s and zero points z (kind INT8 or UINT8), or deltas c with scales s (kind DELTA)."""
     if kind == 0:
-        if count == 6:
-            tile_6(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821 - bound by `intrinsics`
-        elif count == 5:
-            tile_5(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 4:
-            tile_4(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 3:
-            tile_3(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 2:
-            tile_2(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821
-        else:
-            tile_1(a, i0, w, target, o0, j0, k0, k1)  # noqa: F821
+        float_tile(count, a, i0, w, target, o0, j0, k0, k1)  # noqa: F821 - bound by `intrinsics`
     elif kind == 1:
-        if count == 6:
-            codes_6(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 5:
-            codes_5(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 4:
-            codes_4(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 3:
-            codes_3(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 2:
-            codes_2(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        else:
-            codes_1(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        int8_tile(count, a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
     elif kind == 3:
-        if count == 6:
-            dcodes_6(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 5:
-            dcodes_5(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 4:
-            dcodes_4(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 3:
-            dcodes_3(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        elif count == 2:
-            dcodes_2(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-        else:
-            dcodes_1(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-    elif count == 6:
-        ucodes_6(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-    elif count == 5:
-        ucodes_5(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-    elif count == 4:
-        ucodes_4(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-    elif count == 3:
-        ucodes_3(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
-    elif count == 2:
-        ucodes_2(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        delta_tile(count, a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
     else:
-        ucodes_1(a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
+        uint8_tile(count, a, i0, c, s, z, group, target, o0, j0, k0, k1)  # noqa: F821
 
 
 @jit(fastmath=IN_ORDER, calls=(_tile, _half_tile))
