@@ -1,20 +1,20 @@
 """Dynamically quantized decoders (onnxruntime's quantize_dynamic: transformers.js' model_quantized.onnx)
-served batch-invariant: float32 GEMMs on the exactly dequantized weights.
+served batch-invariant: each GEMM's activations quantized per row, at integer speed.
 
     x ─► DynamicQuantizeLinear ─► x_q, x_scale, x_zero
     MatMulInteger(x_q, W_q, x_zero, W_zero) ─► Cast(float) ─► Mul(·, Mul(x_scale, W_scale)) ─► y
-    ==>  MatMul(x, (W_q - W_zero) * W_scale) ─► y          (W's codes kept: decoder/weight_codes.py)
+    ==>  MatMul(x, (W_q - W_zero) * W_scale) ─► y          (W's codes kept: decoder/weight_codes.py,
+                                                             each row of x quantized on its own)
     com.microsoft.DynamicQuantizeMatMul(x, W_q, W_scale, W_zero[, bias])  ==>  the same (+ bias)
 
 DynamicQuantizeLinear picks one scale for all of x: over a step's whole batch of tokens, so a
-token's logits would depend on the tokens beside it (and on how a prompt is chunked). The weight's
-dequantized value is exact; the activation's rounding to 8 bits is not reproducible anyway: a code
-flips where x / scale lies within a rounding of a half, and on a trained model (SmolLM2-135M) that
-moves the logits by 4-6% between onnxruntime's own runs of one graph at two optimization levels.
-So the plan computes x times the dequantized weight in float32: a smooth function of the inputs,
-what onnxruntime computes but for the rounding of x (greedy tokens agree as often as onnxruntime's
-quantized and float32 runs agree with each other). The codes stay in the plan, so decode rows stream
-8-bit weights. A DynamicQuantizeLinear that something else reads is refused with the reason.
+token's logits would depend on the tokens beside it (and on how a prompt is chunked). The fold
+writes a float32 MatMul by the exactly dequantized weight and keeps the codes, marked as codes whose
+activations the model quantizes (WeightCodes.row_quantized): the plan's GEMM step then quantizes
+each row of x as DynamicQuantizeLinear would quantize that row alone and multiplies exact integers
+(runtime/row_quantized_gemm.py), onnxruntime's int8 kernels doing the sums. The dequantized weight
+is what a device plan (and the MatMul's form in `infc optimize`) computes with. A
+DynamicQuantizeLinear that something else reads is refused with the reason.
 """
 
 from __future__ import annotations
@@ -141,7 +141,8 @@ def _codes(w_codes: np.ndarray, w_scale: np.ndarray, w_zero: np.ndarray | None) 
         return None
     scale = np.broadcast_to(w_scale.astype(np.float32).reshape(1, -1), (1, n))
     zero = np.broadcast_to(zero.reshape(1, -1), (1, n))
-    return WeightCodes(np.ascontiguousarray(w_codes), np.ascontiguousarray(scale), np.ascontiguousarray(zero), k)
+    return WeightCodes(np.ascontiguousarray(w_codes), np.ascontiguousarray(scale), np.ascontiguousarray(zero), k,
+                       row_quantized=True)
 
 
 def _drop_dead(nodes: list, outputs: set[str]) -> None:

@@ -161,8 +161,7 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     program = lower_graph(graph, has_kernel, allow_fallback=options.allow_fallback)
     use_batch_invariant_gemms(program, {name: t.dtype for name, t in graph.tensors().items()})
     del graph, optimized  # the program holds the weights now: the optimized model's copy can go
-    store_codes(program, codes)
-    attach_codes(program)
+    attach_codes(program, store_codes(program, codes))
     _smoke_run(program, decoder)
     return program, decoder
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..lower import Program
 from ..runtime.kernels.quant import dequantize_linear
+from ..runtime.row_quantized_gemm import ROW_QUANTIZED
 
 BATCH_INVARIANT = ("infc", "BatchInvariant")
 DEQUANTIZE = ("", "DequantizeLinear")
@@ -29,6 +30,9 @@ class WeightCodes:
     scale: np.ndarray  # [ceil(K / group), N] float32
     zero: np.ndarray  # like scale, of the codes' type
     group: int  # K rows per scale
+    # the model quantizes the GEMM's activations too (quantize_dynamic): its steps then quantize
+    # each row (runtime/row_quantized_gemm.py)
+    row_quantized: bool = False
 
     @classmethod
     def of_rows(cls, parts: tuple[np.ndarray, np.ndarray, np.ndarray], k: int, group: int) -> WeightCodes:
@@ -41,13 +45,14 @@ class WeightCodes:
         return dequantize_linear([self.codes, self.scale, self.zero], {"axis": 0, "block_size": self.group}, None)[0]
 
 
-def store_codes(program: Program, codes: dict[str, WeightCodes]) -> int:
+def store_codes(program: Program, codes: dict[str, WeightCodes]) -> dict[str, WeightCodes]:
     """Replaces each float32 GEMM weight of `program` that `codes` restates exactly by its codes and a
-    DequantizeLinear step (first in the program, with the other weight-only steps); returns how many.
+    DequantizeLinear step (first in the program, with the other weight-only steps); returns those
+    weights' codes by name.
     A weight the passes packed from several (gate and up projections side by side) takes their codes
     side by side; one they changed otherwise (transposed, scaled) keeps its float32 form."""
     pool = {name: parts for name, parts in codes.items() if name not in program.weights}  # packed by a pass
-    steps = []
+    steps, stored = [], {}
     for name in _gemm_weights(program):
         weight = program.weights[name]
         parts = codes.get(name) or _side_by_side(weight, pool)
@@ -59,8 +64,9 @@ def store_codes(program: Program, codes: dict[str, WeightCodes]) -> int:
             program.weights[input_name] = value
         steps.append({"op": "DequantizeLinear", "domain": "", "name": f"{name}/dequantize", "inputs": inputs,
                       "outputs": [name], "attrs": {"axis": 0, "block_size": parts.group}})
+        stored[name] = parts
     program.steps[:0] = steps
-    return len(steps)
+    return stored
 
 
 def _gemm_weights(program: Program) -> list[str]:
@@ -96,12 +102,15 @@ def _side_by_side(weight: np.ndarray, pool: dict[str, WeightCodes]) -> WeightCod
     if len(found) < 2:
         return None
     return WeightCodes(*(np.concatenate([getattr(p, field) for p in found], axis=1) for field in ("codes", "scale", "zero")),
-                       found[0].group)
+                       found[0].group, all(p.row_quantized for p in found))
 
 
-def attach_codes(program: Program) -> int:
+def attach_codes(program: Program, stored: dict[str, WeightCodes] | None = None) -> int:
     """Gives each float32 MatMul step of the decoder whose weight a DequantizeLinear step of 8-bit codes
-    blocked along K produces those codes as inputs 2-4 (attr `weight_group`); returns how many."""
+    blocked along K produces those codes as inputs 2-4 (attr `weight_group`), and the attr
+    ROW_QUANTIZED to those whose codes (`stored`, from store_codes) say the model quantizes their
+    activations, with one scale per column; returns how many."""
+    row_quantized = {name for name, parts in (stored or {}).items() if parts.row_quantized and parts.group >= parts.codes.shape[0]}
     groups = {}
     for step in program.steps:
         if (step.get("domain") or "", step["op"]) == DEQUANTIZE:
@@ -116,7 +125,7 @@ def attach_codes(program: Program) -> int:
             continue
         inputs, group = groups[step["inputs"][1]]
         step["inputs"] = [*step["inputs"], *inputs]
-        step["attrs"] = {**attrs, "weight_group": group}
+        step["attrs"] = {**attrs, "weight_group": group, **({ROW_QUANTIZED: 1} if step["inputs"][1] in row_quantized else {})}
         count += 1
     return count
 

@@ -192,7 +192,7 @@ def _session(members: list[dict], input_names: list[str], output_names: list[str
     for domain in {node.domain for node in nodes if node.domain} - set(opsets):
         opsets[domain] = _OPSETS.get(domain, 1)
     handed = {name: np.ascontiguousarray(value) for name, value in constants.items() if _is_handed(value)}
-    initializers.update({name: _external_stub(name, value) for name, value in handed.items()})
+    initializers.update({name: external_stub(name, value) for name, value in handed.items()})
     initializers.update({name: numpy_helper.from_array(np.asarray(value, order="C"), name)  # 0-d stays 0-d
                          for name, value in constants.items() if name not in handed})
     graph = helper.make_graph(
@@ -232,7 +232,7 @@ def _is_handed(value) -> bool:
     return value.nbytes >= HANDED_MIN_BYTES and value.dtype.kind in "fiub"
 
 
-def _external_stub(name: str, value: np.ndarray):
+def external_stub(name: str, value: np.ndarray):
     """An initializer that names external data which the session options provide."""
     from onnx import TensorProto, helper  # noqa: PLC0415
 

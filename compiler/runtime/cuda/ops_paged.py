@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.paged_attention import _attend_numpy
+from ..row_quantized_gemm import ROW_QUANTIZED
 
 
 def _write_kv(pool, new_BNTH, slots: np.ndarray, xp) -> None:
@@ -56,7 +57,7 @@ def paged_attention(inputs, attrs, ctx):
 paged_attention.host_inputs = (5, 6, 7, 8)
 
 
-STEP_KEYS = ("inner_op", "inner_domain", "const_inputs", "weight_group")  # the wrapper's attributes, not the inner op's
+STEP_KEYS = ("inner_op", "inner_domain", "const_inputs", "weight_group", ROW_QUANTIZED)  # the wrapper's attributes, not the inner op's
 
 
 def _inner_op(attrs: dict):

@@ -2,7 +2,8 @@
 many rows the step has (attrs: inner_op, inner_domain, const_inputs, plus the inner op's own;
 `weight_group` when three more inputs give the weight as 8-bit codes, scales and zero points
 blocked along K: decode rows then read those, runtime/code_chain_gemm.py, and every row in infc's
-own order does, on code panels, runtime/panel_gemm.py), and
+own order does, on code panels, runtime/panel_gemm.py; with `row_quantized` too, the model
+quantizes the activations as well and every row is quantized on its own, runtime/row_quantized_gemm.py), and
 `infc.Float64`, the same step always in float64 (what plans built before float32 GEMMs hold).
 
 A float32 MatMul by a 2-D weight runs in float32 through invariant_gemm: the fixed BLAS recipe this
@@ -23,6 +24,7 @@ from ..invariant_gemm import decode_edges, codes_rows_product, min_rows, own_edg
 from ...plan.format import release_mapped_pages
 from ..panel_gemm import (WIDE_PANEL, code_panel_product, has_wide_vectors, pack_code_panels, pack_delta_panels,
                           pack_panels, panel_product)
+from ..row_quantized_gemm import ROW_QUANTIZED, RowQuantizedWeight
 from .common import KernelContext
 
 
@@ -58,7 +60,7 @@ def float64_op(inputs, attrs, ctx):
             cast.append(cached[1])
         else:
             cast.append(x.astype(np.float64))
-    inner_attrs = {k: v for k, v in attrs.items() if k not in ("inner_op", "inner_domain", "const_inputs", "weight_group")}
+    inner_attrs = {k: v for k, v in attrs.items() if k not in ("inner_op", "inner_domain", "const_inputs", "weight_group", ROW_QUANTIZED)}
     inner_ctx = ctx.memo.setdefault("ctx", KernelContext(ctx.opset))  # no (float32) output buffers
     results = inner(cast, inner_attrs, inner_ctx)
     return [r.astype(np.float32) if r is not None and r.dtype == np.float64 else r for r in results]
@@ -110,6 +112,15 @@ def _code_panels(parts, group: int, ctx) -> tuple | None:
     return cached[1]
 
 
+def _row_quantized(parts, ctx) -> RowQuantizedWeight:
+    """The step's codes, scales and zero points (one per column) ready for row-quantized products, once
+    per step (kept in the step's memo)."""
+    cached = ctx.memo.get("row_quantized")
+    if cached is None or cached[0] is not parts[0]:
+        cached = ctx.memo["row_quantized"] = (parts[0], RowQuantizedWeight(*parts))
+    return cached[1]
+
+
 def batch_invariant(inputs, attrs, ctx):
     own = ctx.memo.get("own")  # (weight, panels, edges) once the weight is known to run on panels
     a = inputs[0]
@@ -122,6 +133,8 @@ def batch_invariant(inputs, attrs, ctx):
     if operands is None:
         return float64_op(inputs, attrs, ctx)
     rows, w = operands
+    if attrs.get(ROW_QUANTIZED):  # the model quantizes these activations: per row, at integer speed
+        return [_row_quantized(inputs[2:], ctx).product(rows).reshape(*inputs[0].shape[:-1], w.shape[1])]
     rows_from = min_rows(w)
     y = None
     if "weight_group" in attrs:
