@@ -53,8 +53,14 @@ def fold_weight_steps(program: Program) -> int:
         folded += 1
     for step in program.steps:
         if "weight_group" in (step.get("attrs") or {}):
-            del step["attrs"]["weight_group"]
-            step["attrs"].pop(ROW_QUANTIZED, None)  # the device runs float32 GEMMs on the dequantized weights
+            group = step["attrs"].pop("weight_group")
+            if step["attrs"].pop(ROW_QUANTIZED, None):  # the codes alone: the device's GEMM takes their float32 weight
+                name = f"{step['inputs'][2]}/dequantized"
+                if name not in program.weights:
+                    parts = [program.weights[n] for n in step["inputs"][2:5]]
+                    program.weights[name] = kernel_for("", "DequantizeLinear")(
+                        parts, {"axis": 0, "block_size": group}, KernelContext(program.opset))[0]
+                step["inputs"][1] = name
             step["inputs"] = step["inputs"][:2]
     used = {name for step in program.steps for name in step["inputs"]}
     for name in [n for n in program.weights if n not in used]:

@@ -13,7 +13,7 @@ writes a float32 MatMul by the exactly dequantized weight and keeps the codes, m
 activations the model quantizes (WeightCodes.row_quantized): the plan's GEMM step then quantizes
 each row of x as DynamicQuantizeLinear would quantize that row alone and multiplies exact integers
 (runtime/row_quantized_gemm.py), onnxruntime's int8 kernels doing the sums. The dequantized weight
-is what a device plan (and the MatMul's form in `infc optimize`) computes with. A
+is what a device plan computes with (its GEMMs stay float32). A
 DynamicQuantizeLinear that something else reads is refused with the reason.
 """
 

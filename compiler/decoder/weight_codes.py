@@ -109,7 +109,8 @@ def attach_codes(program: Program, stored: dict[str, WeightCodes] | None = None)
     """Gives each float32 MatMul step of the decoder whose weight a DequantizeLinear step of 8-bit codes
     blocked along K produces those codes as inputs 2-4 (attr `weight_group`), and the attr
     ROW_QUANTIZED to those whose codes (`stored`, from store_codes) say the model quantizes their
-    activations, with one scale per column; returns how many."""
+    activations, with one scale per column: those read the codes alone (input 1 empty), and a
+    DequantizeLinear step no step reads any more leaves the program; returns how many."""
     row_quantized = {name for name, parts in (stored or {}).items() if parts.row_quantized and parts.group >= parts.codes.shape[0]}
     groups = {}
     for step in program.steps:
@@ -124,9 +125,16 @@ def attach_codes(program: Program, stored: dict[str, WeightCodes] | None = None)
                 or len(step["inputs"]) != 2 or step["inputs"][1] not in groups):
             continue
         inputs, group = groups[step["inputs"][1]]
-        step["inputs"] = [*step["inputs"], *inputs]
-        step["attrs"] = {**attrs, "weight_group": group, **({ROW_QUANTIZED: 1} if step["inputs"][1] in row_quantized else {})}
+        if step["inputs"][1] in row_quantized:  # the step reads the codes alone: no float32 weight is made
+            step["inputs"] = [step["inputs"][0], "", *inputs]
+            step["attrs"] = {**attrs, "weight_group": group, ROW_QUANTIZED: 1}
+        else:
+            step["inputs"] = [*step["inputs"], *inputs]
+            step["attrs"] = {**attrs, "weight_group": group}
         count += 1
+    read = {name for step in program.steps for name in step["inputs"]}
+    program.steps[:] = [step for step in program.steps if (step.get("domain") or "", step["op"]) != DEQUANTIZE
+                        or step["outputs"][0] in read or step["outputs"][0] not in groups]
     return count
 
 

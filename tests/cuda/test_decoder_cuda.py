@@ -108,3 +108,20 @@ def test_inspect_says_where_a_device_decoder_plan_runs(tmp_path, stand_in_device
     text = subprocess.run([sys.executable, "-m", "infc.cli", "inspect", str(plan)], capture_output=True, text=True)
     assert text.returncode == 0 and "cuBLAS: not batch-invariant" in " ".join(text.stdout.split())
     assert "GPU row kernels: infc_norm_rows, infc_paged_attention" in text.stdout and "GPU self-check: logits" in text.stdout
+
+
+def test_a_quantize_dynamic_decoder_runs_float32_on_the_device(tmp_path, stand_in_device):
+    """The CPU plan quantizes such a file's activations per row and reads only the codes; the device
+    plan takes the dequantized weights (decoder/device_plan.py) and checks itself against them."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantized = tmp_path / "llama_ts_quantized.onnx"
+    quantize_dynamic(str(FIXTURES / "llama_ts.onnx"), str(quantized), weight_type=QuantType.QInt8, per_channel=True)
+    plan = tmp_path / "quantized-cuda.plan"
+    build(str(quantized), str(PROFILES / "llama_decode.yaml"), str(plan),
+          BuildOptions(target="cuda", use_cache=False, show_progress=False, cache_dir=tmp_path / "cache"))
+    meta = read_plan(plan).meta
+    gemms = [s for s in meta["program"] if s["op"] == "BatchInvariant"]
+    assert gemms and not any("row_quantized" in s["attrs"] or "weight_group" in s["attrs"] for s in gemms)
+    assert all(s["inputs"][1] and len(s["inputs"]) == 2 for s in gemms)
+    assert meta["cuda"]["self_check"]["max_rel_diff"] <= 1e-4

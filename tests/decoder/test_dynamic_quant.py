@@ -86,7 +86,10 @@ def test_quantize_dynamic_decoder_matches_its_per_row_counterpart(name, weight_t
     plan = build_plan(path, PROFILES / "llama_decode.yaml", tmp_path)
     program = read_plan(plan).meta["program"]
     assert not any(s["op"] in ("DynamicQuantizeLinear", "MatMulInteger") for s in program)
-    assert any(s["attrs"].get("row_quantized") for s in program)  # every row quantized on its own
+    quantized_steps = [s for s in program if s["attrs"].get("row_quantized")]  # every row quantized on its own
+    assert quantized_steps and all(s["inputs"][1] == "" for s in quantized_steps)  # they read the codes alone
+    made = {o for s in program for o in s["outputs"]} | set(read_plan(plan).meta["weights"])
+    assert not {s["inputs"][2].removesuffix("/codes") for s in quantized_steps} & made  # nor is their float32 weight
     counterpart = per_row_counterpart(path, tmp_path / "per_row.onnx")
     runner = load_model_runner(plan)
     requests = prompts(3, runner.spec.vocab_size, seed=2, max_len=12)

@@ -26,6 +26,7 @@ from ..panel_gemm import (WIDE_PANEL, code_panel_product, has_wide_vectors, pack
                           pack_panels, panel_product)
 from ..row_quantized_gemm import ROW_QUANTIZED, RowQuantizedWeight
 from .common import KernelContext
+from .quant import dequantize_linear
 
 
 def _float32_rows(inputs, attrs) -> tuple[np.ndarray, np.ndarray] | None:
@@ -121,7 +122,25 @@ def _row_quantized(parts, ctx) -> RowQuantizedWeight:
     return cached[1]
 
 
+def _row_quantized_step(inputs, ctx):
+    """A step reading only W's codes (input 1 empty, attr ROW_QUANTIZED): float32 rows quantized one
+    by one; anything else in float64 on the dequantized weight."""
+    weight = _row_quantized(inputs[2:], ctx)
+    a, n = inputs[0], weight.codes.shape[1]
+    if a is None or a.dtype != np.float32 or a.ndim < 2 or a.shape[-1] != weight.codes.shape[0]:
+        return None
+    if a.size == 0:
+        return [np.zeros((*a.shape[:-1], n), np.float32)]
+    return [weight.product(a.reshape(-1, a.shape[-1])).reshape(*a.shape[:-1], n)]
+
+
 def batch_invariant(inputs, attrs, ctx):
+    if attrs.get(ROW_QUANTIZED):  # the model quantizes these activations: per row, at integer speed
+        result = _row_quantized_step(inputs, ctx)
+        if result is not None:
+            return result
+        weight = dequantize_linear(list(inputs[2:]), {"axis": 0, "block_size": attrs["weight_group"]}, None)[0]
+        return float64_op([inputs[0], weight], attrs, ctx)
     own = ctx.memo.get("own")  # (weight, panels, edges) once the weight is known to run on panels
     a = inputs[0]
     if own is not None and len(inputs) == 2 and inputs[1] is own[0] and a is not None and a.dtype == np.float32 \
@@ -133,8 +152,6 @@ def batch_invariant(inputs, attrs, ctx):
     if operands is None:
         return float64_op(inputs, attrs, ctx)
     rows, w = operands
-    if attrs.get(ROW_QUANTIZED):  # the model quantizes these activations: per row, at integer speed
-        return [_row_quantized(inputs[2:], ctx).product(rows).reshape(*inputs[0].shape[:-1], w.shape[1])]
     rows_from = min_rows(w)
     y = None
     if "weight_group" in attrs:
