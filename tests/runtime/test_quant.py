@@ -67,3 +67,28 @@ def test_conv_integer_and_qlinear_conv(rng, single_node, ort_check):
     model = single_node("QLinearConv", {"x": x}, [("y", np.uint8)], {"pads": [1, 1, 1, 1]}, inits,
                         input_names=["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"])
     ort_check(model, {"x": x})
+
+
+@pytest.mark.parametrize("b_dtype, per_column", [(np.int8, True), (np.uint8, False), (np.uint8, True)])
+def test_matmul_integer_on_a_constant_weight_gives_the_same_sums_from_onnxruntimes_kernel(b_dtype, per_column, rng):
+    """From its second call on the same weight array the kernel runs onnxruntime's MatMulInteger
+    (runtime/integer_gemm.py) where this CPU's is exact: the same int32 sums as the float32 blocks."""
+    from infc.compiler.runtime import integer_gemm
+    from infc.compiler.runtime.kernels.common import KernelContext
+    from infc.compiler.runtime.kernels.quant import matmul_integer
+
+    low, high = (-128, 128) if b_dtype == np.int8 else (0, 256)
+    b = rng.integers(low, high, (700, 48)).astype(b_dtype)
+    b_zero = rng.integers(0, 20, 48 if per_column else ()).astype(b_dtype)
+    ctx = KernelContext(17)
+    expected = None
+    for call in range(3):
+        a = rng.integers(0, 256, (2, 9, 700)).astype(np.uint8)
+        a[0, 0] = 255  # the largest sums
+        a_zero = np.array(call * 40, np.uint8)
+        got = matmul_integer([a, b, a_zero, b_zero], {}, ctx)[0]
+        expected = (a.astype(np.int64) - int(a_zero)) @ (b.astype(np.int64) - b_zero.astype(np.int64))
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, expected)
+    session = ctx.memo["matmul-integer-session"][2]
+    assert bool(session) == integer_gemm.is_exact()  # the later calls ran there where it is exact

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gemm_impls import product_into
+from .. import integer_gemm
+from ..integer_gemm import exact_integer_matmul
 from .cast import cast_array
 from .common import arg, is_exotic, norm_axis, np_dtype
 from .conv import conv_forward
@@ -103,33 +104,6 @@ def _centered(x: np.ndarray, zero_point, axis_for_vector: int | None = None, dty
     return centered
 
 
-EXACT_FLOAT32 = float(1 << 24)  # integers up to this magnitude are exact in float32
-
-
-def exact_integer_matmul(a: np.ndarray, b: np.ndarray, b_largest: float | None = None) -> np.ndarray:
-    """a @ b (float64) for integer-valued float32 operands, exactly, in float32 BLAS: the K axis goes
-    in chunks short enough that no partial sum of a chunk can pass 2^24 (512 values of int8 x
-    uint8 products), each chunk's float32 product is exact, and the chunks add up in float64
-    (exact far past any 8-bit problem). NumPy's integer matmul has no BLAS path, and float64
-    GEMMs run at half float32's speed."""
-    k = a.shape[-1]
-    if b.ndim == 2 and a.ndim > 2:  # one 2-D GEMM: NumPy's stacked matmul is slower even for one item
-        return exact_integer_matmul(a.reshape(-1, k), b, b_largest).reshape(a.shape[:-1] + (b.shape[1],))
-    b_largest = float(np.abs(b).max(initial=0.0)) if b_largest is None else b_largest
-    largest = float(np.abs(a).max(initial=0.0)) * b_largest
-    chunk = k if largest == 0.0 else int(EXACT_FLOAT32 // largest)
-    if chunk < 1:  # not 8-bit data: float64 holds these sums
-        return np.matmul(a.astype(np.float64), b.astype(np.float64))
-    product = product_into if a.ndim == 2 and b.ndim == 2 else np.matmul  # 2-D: shared with the helper thread
-    if chunk >= k:
-        return product(a, b).astype(np.float64)
-    total = None
-    for start in range(0, k, chunk):
-        part = product(a[..., start:start + chunk], b[..., start:start + chunk, :])
-        total = part.astype(np.float64) if total is None else total + part
-    return total
-
-
 def _weight_side(ctx, b: np.ndarray, zero_point, axis: int) -> tuple[np.ndarray, float]:
     """The B operand centered in float32 and its largest magnitude, kept while the same (constant)
     arrays come back: converting a weight every call cost as much as the product."""
@@ -144,8 +118,28 @@ def _weight_side(ctx, b: np.ndarray, zero_point, axis: int) -> tuple[np.ndarray,
     return centered, largest
 
 
+def _weight_session(ctx, a: np.ndarray, b: np.ndarray, a_zero, b_zero):
+    """onnxruntime's MatMulInteger over the constant weight b (integer_gemm.py: the same exact sums,
+    at int8 speed) once b came back the same array, for uint8 a with one zero point; else None."""
+    memo = getattr(ctx, "memo", None)
+    if memo is None or a.dtype != np.uint8 or b.ndim != 2 or (a_zero is not None and a_zero.size != 1):
+        return None
+    seen = memo.get("matmul-integer-session")
+    if seen is None or seen[0] is not b or seen[1] is not b_zero:  # first sight: maybe not a constant
+        memo["matmul-integer-session"] = (b, b_zero, None)
+        return None
+    if seen[2] is None:
+        centered_max = int(np.abs(_centered(b, b_zero, 1, np.float32)).max(initial=0.0))
+        usable = integer_gemm.fits_int32(b.shape[0], centered_max) and integer_gemm.is_exact()
+        memo["matmul-integer-session"] = seen = (b, b_zero, (usable and integer_gemm.weight_session(b, b_zero)) or False)
+    return seen[2] or None
+
+
 def matmul_integer(inputs, attrs, ctx):
     a, b = inputs[0], inputs[1]
+    session = _weight_session(ctx, a, b, arg(inputs, 2), arg(inputs, 3))
+    if session is not None:
+        return [integer_gemm.run(session, a, 0 if arg(inputs, 2) is None else arg(inputs, 2))]
     a_c = _centered(a, arg(inputs, 2), a.ndim - 2, np.float32)  # per-row zero points
     b_c, b_largest = _weight_side(ctx, b, arg(inputs, 3), b.ndim - 1)  # per-column zero points
     return [exact_integer_matmul(a_c, b_c, b_largest).astype(np.int32)]
