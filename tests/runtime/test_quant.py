@@ -92,3 +92,19 @@ def test_matmul_integer_on_a_constant_weight_gives_the_same_sums_from_onnxruntim
         np.testing.assert_array_equal(got, expected)
     session = ctx.memo["matmul-integer-session"][2]
     assert bool(session) == integer_gemm.is_exact()  # the later calls ran there where it is exact
+
+
+def test_qlinear_matmul_on_a_constant_weight_is_the_same_from_onnxruntimes_integer_kernel(rng):
+    from infc.compiler.runtime.kernels.common import KernelContext
+    from infc.compiler.runtime.kernels.quant import qlinear_matmul
+
+    b = rng.integers(0, 256, (300, 20)).astype(np.uint8)
+    scales = [np.array(0.02, F32), np.array(0.03, F32), np.array(0.5, F32)]
+    zeros = [np.array(12, np.uint8), np.array(130, np.uint8), np.array(100, np.uint8)]
+    ctx = KernelContext(17)
+    for _ in range(3):
+        a = rng.integers(0, 256, (7, 300)).astype(np.uint8)
+        inputs = [a, scales[0], zeros[0], b, scales[1], zeros[1], scales[2], zeros[2]]
+        got = qlinear_matmul(inputs, {}, ctx)[0]  # from the second call in onnxruntime where exact
+        first_sight = qlinear_matmul(inputs, {}, KernelContext(17))[0]  # a new step: the float32 blocks
+        np.testing.assert_array_equal(got, first_sight)

@@ -154,8 +154,12 @@ def conv_integer(inputs, attrs, ctx):
 
 def qlinear_matmul(inputs, attrs, ctx):
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs[:8]
-    b_c, b_largest = _weight_side(ctx, b, b_zp, b.ndim - 1)
-    acc = exact_integer_matmul(_centered(a, a_zp, a.ndim - 2, np.float32), b_c, b_largest)
+    session = _weight_session(ctx, a, b, a_zp, b_zp)
+    if session is not None:
+        acc = integer_gemm.run(session, a, 0 if a_zp is None else a_zp)
+    else:
+        b_c, b_largest = _weight_side(ctx, b, b_zp, b.ndim - 1)
+        acc = exact_integer_matmul(_centered(a, a_zp, a.ndim - 2, np.float32), b_c, b_largest)
     a_factor = _as_float(a_scale).reshape(-1, 1) if a_scale.size > 1 else _as_float(a_scale).reshape(())
     b_factor = _as_float(b_scale).reshape(-1) if b_scale.size > 1 else _as_float(b_scale).reshape(())
     return [_requantize(acc, a_factor, b_factor, y_scale, y_zp)]
