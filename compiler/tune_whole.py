@@ -58,6 +58,10 @@ class WholeModel:
     # onnxruntime's outputs of the model as given (the fp32 model), on the check's feeds; None: the
     # variant is checked against infc's program
     reference: dict[str, np.ndarray] | None = None
+    # how far those outputs move when the float inputs move by an ulp, relative to the largest: a
+    # model quantized by another tool rounds its activations to a grid, and a value near a bin edge
+    # flips a step, so two correct evaluations of it are this far apart (0: not measured)
+    reference_noise: float = 0.0
 
 
 def offer(model: onnx.ModelProto | None, is_reduced: bool = False) -> WholeModel | None:
@@ -96,15 +100,61 @@ def prove(whole: WholeModel, original: onnx.ModelProto | None, feeds: dict, time
     onnxruntime's outputs of the `original` (fp32) model into `whole.reference`: a session that
     kills the process then costs the variant, not the build. None when it ran; else why it is not
     raced."""
-    def once():
+    def once():  # one dict of arrays back from the child: the nudged outputs under NUDGED-prefixed names
         _run_once(whole.model_bytes, feeds)
-        return original_outputs(original, feeds) if original is not None else None
+        reference = original_outputs(original, feeds) if original is not None else None
+        if reference is not None and _on_a_grid(original):
+            reference.update({NUDGED + name: value for name, value in (original_outputs(original, nudged_feeds(feeds)) or {}).items()})
+        return reference
 
-    reference, failure = run_in_child(once, timeout_s)
+    outputs, failure = run_in_child(once, timeout_s)
     if failure is not None:
         return failure + " running it on the build's inputs"
-    whole.reference = reference
+    if outputs is not None:
+        nudged = {name[len(NUDGED):]: value for name, value in outputs.items() if name.startswith(NUDGED)}
+        whole.reference = {name: value for name, value in outputs.items() if not name.startswith(NUDGED)}
+        whole.reference_noise = relative_distance(nudged, whole.reference) if nudged else 0.0
     return None
+
+
+NUDGED = "infc-nudged/"
+
+
+GRID_OPS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearMatMul",
+                      "QLinearConv", "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})
+
+
+def _on_a_grid(model: onnx.ModelProto) -> bool:
+    """The model quantizes activations (a tool's QDQ or QOperator model, quantize_dynamic)."""
+    return any(node.op_type in GRID_OPS for node in model.graph.node)
+
+
+def nudged_feeds(feeds: dict) -> dict:
+    """The feeds with every float value moved by about two ulps, up or down at random (seeded): what
+    two correct kernels computing the same value may differ by. (Scaling a whole tensor would not
+    do: a quantizer whose scale follows the tensor's range maps it to the same codes.)"""
+    rng = np.random.default_rng(0)
+    nudged = {}
+    for name, value in feeds.items():
+        if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            signs = rng.choice(np.array([-1.0, 1.0]), value.shape)
+            value = (value * (1.0 + signs * 2.0 ** -22)).astype(value.dtype)
+        nudged[name] = value
+    return nudged
+
+
+def relative_distance(got: dict, want: dict) -> float:
+    """The largest difference of the float outputs both have, relative to each output's largest value."""
+    worst = 0.0
+    for name, expected in want.items():
+        expected = np.asarray(expected)
+        value = np.asarray(got.get(name))
+        if expected.dtype.kind != "f" or value.shape != expected.shape or not expected.size or not np.isfinite(expected).all():
+            continue
+        scale = float(np.abs(expected).max())
+        if scale > 0:
+            worst = max(worst, float(np.abs(value.astype(np.float64) - expected).max()) / scale)
+    return worst
 
 
 def _run_once(model_bytes: bytes, feeds: dict) -> None:

@@ -186,3 +186,49 @@ def test_the_whole_model_hands_onnxruntime_residual_sums_as_conv_and_add():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     offered = onnx.load_from_string(tune_whole.whole_model_bytes(model))
     assert [n.op_type for n in offered.graph.node] == ["Sin", "Conv", "Add"]
+
+
+def _dynamic_quantized_mlp(folder):
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    w1, w2 = (rng.standard_normal(shape).astype(np.float32) * 0.05 for shape in ((1024, 256), (256, 64)))
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 1024])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])],
+                              [onnx.numpy_helper.from_array(w1, "w1"), onnx.numpy_helper.from_array(w2, "w2")])
+    plain = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    onnx.save(plain, folder / "mlp.onnx")
+    quantize_dynamic(str(folder / "mlp.onnx"), str(folder / "mlp_q.onnx"), weight_type=QuantType.QInt8)
+    return onnx.load(str(folder / "mlp_q.onnx")), plain
+
+
+def test_a_model_quantized_by_another_tool_is_held_to_its_own_conditioning(tmp_path):
+    """onnxruntime's outputs of a quantize_dynamic model move by a step of its grid when the inputs
+    move by two ulps (a code flips at a bin edge): the check's tolerance follows that
+    (WholeModel.reference_noise, up to AGREE_RTOL_GRID); an fp32 model is not nudged, and a variant
+    off by more than that is still refused."""
+    from infc.compiler.testing import lowered_and_observed
+
+    quantized, plain = _dynamic_quantized_mlp(tmp_path)
+    x = np.random.default_rng(1).standard_normal((128, 1024)).astype(np.float32)
+    nudged = tune_whole.nudged_feeds({"x": x, "ids": np.arange(3)})
+    assert nudged["ids"] is not None and np.array_equal(nudged["ids"], np.arange(3))
+    moved = np.abs(nudged["x"].astype(np.float64) - x) / np.abs(x)
+    assert nudged["x"].dtype == x.dtype and moved.max() <= 5e-7 and (nudged["x"] > x).mean() == pytest.approx(0.5, abs=0.05)
+    noise = {}
+    for name, model in (("quantized", quantized), ("plain", plain)):
+        whole = tune_whole.offer(model)
+        assert tune_whole.prove(whole, model, {"x": x}) is None
+        noise[name] = whole.reference_noise
+    assert noise["plain"] == 0.0 and 1e-4 < noise["quantized"] < 5e-2  # a flip or more, far below a wrong kernel
+    program, _ = lowered_and_observed(quantized, {"opt": {"x": x}})
+    whole = tune_whole.offer(quantized)
+    whole.reference, whole.reference_noise = tune_whole.original_outputs(quantized, {"x": x}), 0.01
+    summary = tune_context.confirm_in_context(program, {"x": x}, budget_s=0.0, whole_model=whole)
+    assert summary["agreement_rtol"] == pytest.approx(tune_context.NOISE_FACTOR * 0.01)
+    assert not any(r.startswith(tune_whole.WHOLE) for r in summary["rejected_wrong"])
+    whole.reference = {name: value * 1.2 for name, value in whole.reference.items()}  # 20% off: a wrong kernel
+    summary = tune_context.confirm_in_context(program, {"x": x}, budget_s=0.0, whole_model=whole)
+    assert any(r.startswith(tune_whole.WHOLE) for r in summary["rejected_wrong"])
