@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .plan.format import read_plan
+from .runtime.row_quantized_gemm import ROW_QUANTIZED
 
 TOP_CANDIDATES = 3  # the fastest few per shape; --json has them all
 
@@ -57,8 +58,11 @@ def _decoder_summary(meta: dict) -> dict | None:
     legacy = sum(1 for s in meta["program"] if (s.get("domain"), s["op"]) == ("infc", "Float64"))
     # GEMMs whose decode rows read 8-bit weight codes (decoder/weight_codes.py)
     coded = sum(1 for s in meta["program"] if "weight_group" in (s.get("attrs") or {}))
+    # of those, GEMMs of a quantize_dynamic file: activations quantized per row (runtime/row_quantized_gemm.py)
+    rows = sum(1 for s in meta["program"] if (s.get("attrs") or {}).get(ROW_QUANTIZED))
     return {**{k: decoder.get(k) for k in DECODER_FIELDS}, "chat_template": bool(decoder.get("chat_template")),
             "batch_invariant_gemms": gemms, "float64_gemms": legacy, "gemms_reading_codes": coded,
+            "gemms_quantizing_rows": rows,
             "gemm_invariance": DEVICE_GEMMS if decoder.get("batch_invariant") is False else GEMM_INVARIANCE if gemms
             else "float64 (a plan built before float32 GEMMs)",
             "attention": _attention_options(meta["program"]),
@@ -221,9 +225,13 @@ def print_plan_report(report: dict, console: Console) -> None:
         for fixed in decoder.get("fixed_branches") or []:  # merged decoders (decoder/cache_branch.py)
             console.print(f"  merged decoder: If '{fixed['if']}' on '{fixed['condition']}' fixed to its {fixed['branch']} "
                           "(the with-past decoder; the KV pools hold the past)")
-        if decoder.get("gemms_reading_codes"):
-            console.print(f"  {decoder['gemms_reading_codes']} of them read 8-bit weight codes for decode rows "
+        coded, rows = decoder.get("gemms_reading_codes") or 0, decoder.get("gemms_quantizing_rows") or 0
+        if coded > rows:
+            console.print(f"  {coded - rows} of them read 8-bit weight codes for decode rows "
                           "(the same sums as on the dequantized weights)")
+        if rows:
+            console.print(f"  {rows} of them quantize each token's activations to 8 bits, as the model's "
+                          "DynamicQuantizeLinear does but per token, and sum exact integers")
     if report["tuning"]:
         console.print(_tuning_table(report["tuning"], bool((report.get("onnxruntime_tactics") or {}).get("whole_model"))))
     if report.get("gpu_host_ops"):

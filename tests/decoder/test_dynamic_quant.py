@@ -14,6 +14,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from infc.compiler.decoder.dynamic_quant import fold_dynamic_quantization
 from infc.compiler.errors import BadInput
 from infc.compiler.plan.format import read_plan
+from infc.compiler.plan_report import plan_report
 from infc.compiler.runtime.model_runner import load_model_runner
 from infc.compiler.testing import FIXTURES
 
@@ -88,6 +89,7 @@ def test_quantize_dynamic_decoder_matches_its_per_row_counterpart(name, weight_t
     assert not any(s["op"] in ("DynamicQuantizeLinear", "MatMulInteger") for s in program)
     quantized_steps = [s for s in program if s["attrs"].get("row_quantized")]  # every row quantized on its own
     assert quantized_steps and all(s["inputs"][1] == "" for s in quantized_steps)  # they read the codes alone
+    assert plan_report(plan)["decoder"]["gemms_quantizing_rows"] == len(quantized_steps)  # what inspect says
     made = {o for s in program for o in s["outputs"]} | set(read_plan(plan).meta["weights"])
     assert not {s["inputs"][2].removesuffix("/codes") for s in quantized_steps} & made  # nor is their float32 weight
     counterpart = per_row_counterpart(path, tmp_path / "per_row.onnx")
