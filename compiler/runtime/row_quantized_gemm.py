@@ -12,8 +12,9 @@ kernel computes them, in whatever order: onnxruntime's MatMulInteger (integer_ge
 AMX, 5-20x the float32 GEMM on prefill rows of a Sapphire Rapids) serves every row count, and a
 row's result is the same bits alone or in any batch, prefill or decode. Where onnxruntime's kernel
 is not exact or not there, the same integers come from float32 GEMMs over blocks of K short enough
-that every partial sum is an exactly representable integer (integer_gemm.exact_integer_matmul). The quantization and the epilogue are one compiled
-loop each (runtime/jit.py), or NumPy computing the same IEEE operations in the same order.
+that every partial sum is an exactly representable integer (integer_gemm.exact_integer_matmul).
+The quantization and the epilogue are one compiled loop each (runtime/jit.py), or NumPy computing
+the same IEEE operations in the same order.
 
 An activation code flips where x / scale lies within a rounding of a half, so a plan's logits there
 differ from onnxruntime's on the file by one code's worth, as the file's own quantization of x
