@@ -5,8 +5,8 @@ Integer sums are exact, so any kernel that computes them gives the same numbers.
 exactly representable integer; and onnxruntime's MatMulInteger on a constant weight
 (`weight_session`: VNNI / AMX on x86, about 5-20x a float32 GEMM of the same shape on a Sapphire
 Rapids), wherever it is exact: it is not on x86 without VNNI, whose uint8 x int8 kernel adds products in saturating 16-bit pairs:
-`is_exact` checks once a process, on extreme codes. A uint8 weight goes in as int8 (code - 128,
-zero point - 128: the same differences), the fast kernel's form.
+`is_exact` checks once a process, on extreme codes. A uint8 weight goes in as int8 (`as_int8`).
+For a few rows runtime/vnni_gemm.py streams the weight once (onnxruntime has no GEMV).
 """
 
 from __future__ import annotations
@@ -51,6 +51,14 @@ def fits_int32(k: int, centered_max: int, headroom: int = 1) -> bool:
     return headroom * 255 * centered_max * k <= _INT32_MAX
 
 
+def as_int8(codes: np.ndarray, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """8-bit codes and zero points as int8 with the same differences (uint8: both minus 128): the
+    uint8 x int8 products of the fast kernels."""
+    if codes.dtype == np.int8:
+        return codes, zero
+    return tuple((v.astype(np.int16) - 128).astype(np.int8) for v in (codes, zero))
+
+
 def weight_session(codes: np.ndarray, zero: np.ndarray | None):
     """A session y = MatMulInteger(a, W, a_zero, W_zero) with W = `codes` [K, N] (int8 or uint8)
     handed as an array (not copied into the model's bytes) and `zero` its zero points (scalar or
@@ -63,10 +71,8 @@ def weight_session(codes: np.ndarray, zero: np.ndarray | None):
         return None
     from .vendor_op import external_stub  # noqa: PLC0415
 
-    zero = np.zeros((), codes.dtype) if zero is None else np.asarray(zero).reshape(-1)
-    if codes.dtype == np.uint8:  # the same differences as int8: uint8 x int8 is the fast kernel
-        codes, zero = ((v.astype(np.int16) - 128).astype(np.int8) for v in (codes, zero))
-    weight = np.ascontiguousarray(codes)
+    weight, zero = as_int8(codes, np.zeros((), codes.dtype) if zero is None else np.asarray(zero).reshape(-1))
+    weight = np.ascontiguousarray(weight)
     graph = helper.make_graph(
         [helper.make_node("MatMulInteger", ["a", "w", "a_zero", "w_zero"], ["y"])], "integer_gemm",
         [helper.make_tensor_value_info("a", TensorProto.UINT8, None),

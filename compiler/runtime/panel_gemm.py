@@ -209,22 +209,20 @@ def _tile_codegen(rows: int, codes: str | None, lanes: int, vectors: int):
     return codegen
 
 
-def _make_tiles(row_counts: range, codes: str | None = None, lanes: int = LANES, vectors: int = VECTORS):
-    """A numba intrinsic tile(count, ...): the register tile of `count` rows (one of `row_counts`;
-    anything else: the first), its other arguments those of _tile_codegen's tile. One switch in the
-    IR over each row count's tile, so the kernels calling it need no branch per row count."""
+def row_switch(bodies: dict):
+    """The codegen of an intrinsic tile(count, ...): one switch in the IR over each row count's tile
+    body (`bodies`: rows -> codegen of the tile's other arguments; any other count: the first), so
+    the kernels calling it need no branch per row count."""
     from llvmlite import ir  # noqa: PLC0415 - numba's own dependency: only when compiled kernels are on
-    from numba import types  # noqa: PLC0415
-    from numba.extending import intrinsic  # noqa: PLC0415
 
-    bodies = {rows: _tile_codegen(rows, codes, lanes, vectors) for rows in row_counts}
+    first = next(iter(bodies))
 
     def codegen(context, builder, signature, args):
         count, rest = args[0], args[1:]
         inner = signature.replace(args=signature.args[1:])
         blocks = {rows: builder.append_basic_block(f"tile.{rows}") for rows in bodies}
         done = builder.append_basic_block("tile.done")
-        switch = builder.switch(count, blocks[row_counts[0]])
+        switch = builder.switch(count, blocks[first])
         for rows, block in blocks.items():
             switch.add_case(ir.Constant(count.type, rows), block)
             builder.position_at_end(block)
@@ -232,6 +230,17 @@ def _make_tiles(row_counts: range, codes: str | None = None, lanes: int = LANES,
             builder.branch(done)  # from wherever the tile's loops left the builder
         builder.position_at_end(done)
         return context.get_dummy_value()
+
+    return codegen
+
+
+def _make_tiles(row_counts: range, codes: str | None = None, lanes: int = LANES, vectors: int = VECTORS):
+    """A numba intrinsic tile(count, ...): the register tile of `count` rows (one of `row_counts`;
+    anything else: the first), its other arguments those of _tile_codegen's tile (row_switch)."""
+    from numba import types  # noqa: PLC0415
+    from numba.extending import intrinsic  # noqa: PLC0415
+
+    codegen = row_switch({rows: _tile_codegen(rows, codes, lanes, vectors) for rows in row_counts})
 
     index = types.intp
     if codes:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import integer_gemm
+from . import integer_gemm, vnni_gemm
 from .jit import jit, prange
 
 ROW_QUANTIZED = "row_quantized"  # the BatchInvariant step's attribute: activations quantized per row
@@ -112,7 +112,26 @@ class RowQuantizedWeight:
         self.centered_max = int(np.abs(codes.astype(np.int16) - self.zero.astype(np.int16)).max(initial=0))
         self.column_sums = codes.astype(np.int64).sum(axis=0) - codes.shape[0] * self.zero.astype(np.int64)
         self._session = None  # False once known not to serve
+        self._vnni = None  # (panels, int8 zero points), or False
         self._centered = None
+
+    def _vnni_product(self, codes: np.ndarray) -> np.ndarray | None:
+        """codes @ (W' - z') with W', z' the int8 form of W and its zero points (integer_gemm.as_int8):
+        the VNNI tiles' codes @ W' less each row's sum of codes times z'; None without VNNI."""
+        if self._vnni is None:
+            usable = vnni_gemm.has_vnni() and integer_gemm.fits_int32(self.codes.shape[0], 128, headroom=2)
+            if usable:
+                weight, zero = integer_gemm.as_int8(self.codes, self.zero)
+                self._vnni = (vnni_gemm.pack_vnni(weight), zero.astype(np.int64))
+            else:
+                self._vnni = False
+        if not self._vnni:
+            return None
+        panels, zero = self._vnni
+        raw = vnni_gemm.vnni_product(codes, panels, self.codes.shape[1])
+        if raw is None or not zero.any():
+            return raw
+        return raw - codes.sum(axis=1, dtype=np.int64)[:, None] * zero[None, :]
 
     def product(self, x: np.ndarray) -> np.ndarray:
         """x [M, K] float32 @ W, x quantized per row (see the module docstring), as float32 [M, N]."""
@@ -120,8 +139,13 @@ class RowQuantizedWeight:
         return _epilogue(self.integer_product(codes), zero, self.column_sums, scale, self.scale)
 
     def integer_product(self, codes: np.ndarray) -> np.ndarray:
-        """codes [M, K] uint8 @ (W - W_zero), exactly: int32 from onnxruntime where exact
-        (integer_gemm.py), else float64 from float32 blocks (integer_gemm.exact_integer_matmul)."""
+        """codes [M, K] uint8 @ (W - W_zero), exactly: for decode rows from the VNNI tiles
+        (vnni_gemm.py), else int32 from onnxruntime where exact (integer_gemm.py), else float64
+        from float32 blocks (integer_gemm.exact_integer_matmul)."""
+        if codes.shape[0] <= vnni_gemm.MAX_ROWS:
+            rows = self._vnni_product(codes)
+            if rows is not None:
+                return rows
         if self._session is None:
             # its int32 accumulators, and the epilogue's correction of them, cannot overflow
             fits = integer_gemm.fits_int32(self.codes.shape[0], self.centered_max, headroom=2)

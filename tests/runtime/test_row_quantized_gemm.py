@@ -50,18 +50,35 @@ def test_the_product_is_the_formula_and_each_row_is_the_same_alone(kind, k, n):
     np.testing.assert_array_equal(y[1], 0.0)
 
 
+def only(path: str, w: RowQuantizedWeight) -> RowQuantizedWeight:
+    """A copy of the weight whose integer sums come from one path: "vnni" tiles (decode rows),
+    onnxruntime's "session", or the float32 "blocks"."""
+    copy = RowQuantizedWeight(w.codes, w.scale.reshape(1, -1), w.zero.reshape(1, -1))
+    if path != "vnni":
+        copy._vnni = False
+    if path != "session":
+        copy._session = False
+    return copy
+
+
 @pytest.mark.parametrize("kind", sorted(CODES))
-def test_onnxruntime_and_the_float32_blocks_give_the_same_integers(kind):
+@pytest.mark.parametrize("rows", [1, 9, 40])
+def test_the_vnni_tiles_onnxruntime_and_the_float32_blocks_give_the_same_integers(kind, rows):
+    from infc.compiler.runtime import integer_gemm, vnni_gemm
+
     w, codes_w, scale, zero = weight(kind, 1100, 72, seed=3)
-    codes = np.random.default_rng(4).integers(0, 256, (9, 1100)).astype(np.uint8)
+    codes = np.random.default_rng(4).integers(0, 256, (rows, 1100)).astype(np.uint8)
     codes[0] = 255  # the largest sums: 16-bit pair sums would saturate here
-    fallback = RowQuantizedWeight(codes_w, scale, zero)
-    fallback._session = False  # as where onnxruntime's kernel is not exact
     centered = codes_w.astype(np.int64) - zero.astype(np.int64)
-    np.testing.assert_array_equal(fallback.integer_product(codes), codes.astype(np.int64) @ centered)
-    np.testing.assert_array_equal(np.asarray(w.integer_product(codes), np.int64), fallback.integer_product(codes))
-    x = activations(9, 1100, seed=8)
-    np.testing.assert_array_equal(w.product(x), fallback.product(x))
+    expected = codes.astype(np.int64) @ centered
+    x = activations(rows, 1100, seed=8)
+    reference = only("blocks", w).product(x)
+    for path, available in (("blocks", True), ("session", integer_gemm.is_exact()),
+                            ("vnni", vnni_gemm.has_vnni() and jit.enabled() and rows <= vnni_gemm.MAX_ROWS)):
+        if not available:
+            continue
+        np.testing.assert_array_equal(np.asarray(only(path, w).integer_product(codes), np.int64), expected, err_msg=path)
+        np.testing.assert_array_equal(only(path, w).product(x), reference, err_msg=path)
 
 
 @pytest.mark.parametrize("kind", sorted(CODES))
