@@ -2,20 +2,24 @@
 range covers, the fastest CPU candidate (the vendor library always competes), taken from the
 timing cache when another build measured it already. The step becomes an `infc.cpu.TunedMatMul`
 whose variants name the winner and its pre-packed weights; M beyond the last tuned bucket runs the
-generic kernel. Convolutions and tuned GEMM steps then get a tactic (tune_vendor.py): infc's kernel or onnxruntime's."""
+generic kernel. A GEMM whose activation and weight hold bf16 values (a bf16 plan's: bf16_sites.py)
+is tuned under a bf16 key, where the bf16 kernels (AMX-BF16, AVX512-BF16) compete too. Convolutions
+and tuned GEMM steps then get a tactic (tune_vendor.py): infc's kernel or onnxruntime's."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .autotune.buckets import bucket_of
-from .autotune.cpu_gemm import gemm_key, gemm_problem, prepack
+from .autotune.cpu_gemm import BF16, gemm_key, gemm_problem, prepack
+from .bf16_sites import bf16_valued
 from .autotune.machine_load import busy_load, cores
 from .autotune.timing_cache import TimingCache
 from .autotune.tuner import tune_all
 from .build_phases import phase
 from .lower import Program
 from .target import cpu_fingerprint, fingerprint_id
+from .runtime.bf16_gemm import is_bf16_valued
 from .runtime.feeds_io import gather_table_rows, random_inputs
 from .tune_context import confirm_in_context
 from .tune_whole import WHOLE_MARGIN, WholeModel
@@ -25,12 +29,15 @@ TUNED_DOMAIN, TUNED_OP = "infc.cpu", "TunedMatMul"
 
 
 def _gemm_steps(program: Program):
+    """(index, step, weight, the dtype its key tunes: float32 or BF16) of each MatMul with a constant weight."""
+    rounded = bf16_valued(program.steps, program.inputs)
     for index, step in enumerate(program.steps):
         if step["op"] != "MatMul" or step.get("domain"):
             continue
         weight = program.weights.get(step["inputs"][1])
         if weight is not None and weight.ndim == 2 and weight.dtype == np.float32:
-            yield index, step, weight
+            is_bf16 = step["inputs"][0] in rounded and is_bf16_valued(weight)
+            yield index, step, weight, BF16 if is_bf16 else "float32"
 
 
 def _m_range(step: dict, shapes_by_level: dict) -> tuple[int, int] | None:
@@ -61,14 +68,14 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
     shapes_by_level = _with_graph_inputs(program, shapes_by_level, profile)
     plans = []  # (step index, weight name, [(bucket, key)])
     problems = {}
-    for index, step, weight in _gemm_steps(program):
+    for index, step, weight, dtype in _gemm_steps(program):
         m_range = _m_range(step, shapes_by_level)
         if m_range is None:
             continue
         k, n = weight.shape
         keys = []
         for bucket in _buckets_between(*m_range, profile.m_buckets):
-            key = gemm_key(bucket, n, k, "float32", target, m_buckets=profile.m_buckets)
+            key = gemm_key(bucket, n, k, dtype, target, m_buckets=profile.m_buckets)
             problems.setdefault(str(key), key)
             keys.append((bucket, key))
         plans.append((index, step["inputs"][1], keys))
