@@ -13,6 +13,7 @@ import numpy as np
 from .autotune.buckets import bucket_of
 from .autotune.cpu_gemm import BF16, gemm_key, gemm_problem, prepack
 from .bf16_sites import bf16_valued
+from .gemm_as_matmul import gemms_as_matmuls
 from .autotune.machine_load import busy_load, cores
 from .autotune.timing_cache import TimingCache
 from .autotune.tuner import tune_all
@@ -64,6 +65,7 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
     (tune_context.py)."""
     target = fingerprint_id(cpu_fingerprint())
     cache = TimingCache(options.cache_dir / "timing_cache.json") if options.use_cache else None
+    gemms_as_matmuls(program, shapes_by_level)  # Gemm steps with a constant weight are tuned too (the caller's shapes)
     # a GEMM reading a graph input (a model that starts with a MatMul) has its rows in the profile
     shapes_by_level = _with_graph_inputs(program, shapes_by_level, profile)
     plans = []  # (step index, weight name, [(bucket, key)])
