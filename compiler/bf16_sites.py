@@ -24,6 +24,15 @@ MOVERS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity",
 ROUND_OPS = {("infc.cpu", "RoundTo"), ("infc.cuda", "RoundTo")}
 
 
+def rounded_by_readers(steps: list[dict], name: str, outputs: set[str]) -> bool:
+    """Every reader of value `name` casts it to bfloat16 first (and it is no graph output): the step
+    that writes it may round it to bf16 itself, which changes nothing the program reads."""
+    readers = [step for step in steps if name in step["inputs"]]
+    return bool(readers) and name not in outputs and all(
+        step["op"] == "Cast" and (step.get("domain") or "") == "" and (step.get("attrs") or {}).get("to") == BF16
+        for step in readers)
+
+
 def bf16_valued(steps: list[dict], inputs: list[dict]) -> set[str]:
     """Names of float32 values (and bfloat16 ones) that hold bf16 values only, in program order."""
     low = {i["name"] for i in inputs if i.get("dtype") == "bfloat16"}  # bfloat16 values

@@ -12,7 +12,8 @@ import numpy as np
 
 from .autotune.buckets import bucket_of
 from .autotune.cpu_gemm import BF16, gemm_key, gemm_problem, prepack
-from .bf16_sites import bf16_valued
+from .bf16_sites import BF16 as BF16_CODE
+from .bf16_sites import bf16_valued, rounded_by_readers
 from .gemm_as_matmul import gemms_as_matmuls
 from .autotune.machine_load import busy_load, cores
 from .autotune.timing_cache import TimingCache
@@ -80,14 +81,19 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
             key = gemm_key(bucket, n, k, dtype, target, m_buckets=profile.m_buckets)
             problems.setdefault(str(key), key)
             keys.append((bucket, key))
-        plans.append((index, step["inputs"][1], keys))
+        plans.append((index, step["inputs"][1], keys, dtype))
     reports, table = [], []
     if problems:
         report = tune_all([gemm_problem(key) for key in problems.values()], budget_s=profile.budget_s, cache=cache,
                           show_progress=options.show_progress)
         table = [_table_row(result) for result in report.results.values()]
-        for index, weight_name, keys in plans:
-            _rewrite_step(program, index, weight_name, [(bucket, report.results[str(key)]) for bucket, key in keys])
+        outputs = {o["name"] for o in program.outputs}
+        for index, weight_name, keys, dtype in plans:
+            # a bf16 GEMM whose output is only read rounded to bf16 rounds it itself: the program's
+            # rounding step after it goes (runtime/cast_fold.fold_rounding)
+            is_rounded = dtype == BF16 and rounded_by_readers(program.steps, program.steps[index]["outputs"][0], outputs)
+            _rewrite_step(program, index, weight_name, [(bucket, report.results[str(key)]) for bucket, key in keys],
+                          round_to=BF16_CODE if is_rounded else None)
         reports.append(report)
     spent = sum(r.time_s for r in reports)
     if not options.allow_fallback:  # --no-fallback: nothing runs in onnxruntime, tactics included
@@ -154,7 +160,7 @@ def _with_graph_inputs(program: Program, shapes_by_level: dict, profile) -> dict
     return merged
 
 
-def _rewrite_step(program: Program, index: int, weight_name: str, results) -> None:
+def _rewrite_step(program: Program, index: int, weight_name: str, results, round_to: int | None = None) -> None:
     step = program.steps[index]
     weight = program.weights[weight_name]
     inputs = list(step["inputs"][:2])
@@ -174,7 +180,7 @@ def _rewrite_step(program: Program, index: int, weight_name: str, results) -> No
         variants.append({"m_max": bucket, "impl": result.winner.impl, "params": result.winner.kwargs(),
                          "packed": packed_inputs, "source": result.status})
     step.update({"op": TUNED_OP, "domain": TUNED_DOMAIN, "inputs": inputs, "kernel": "tuned_matmul",
-                 "attrs": {"variants": variants}})
+                 "attrs": {"variants": variants, **({"round_to": round_to} if round_to else {})}})
 
 
 def _block_suffix(config) -> str:

@@ -30,3 +30,14 @@ def test_cast_pairs_round_trips_and_data_movement_hold_bf16_values():
 def test_a_bf16_graph_input_cast_to_float32_holds_bf16_values():
     steps = [_step("Cast", ["ids"], ["ids/fp32"], to=1), _step("Cast", ["x"], ["x/fp32"], to=1)]
     assert bf16_valued(steps, [{"name": "ids", "dtype": "bfloat16"}, {"name": "x", "dtype": "float16"}]) == {"ids/fp32"}
+
+
+def test_a_value_is_rounded_by_its_readers_when_each_casts_it_to_bfloat16():
+    from infc.compiler.bf16_sites import rounded_by_readers
+
+    steps = [_step("MatMul", ["x", "w"], ["y"]), _step("Cast", ["y"], ["y/bf16"], to=BF16),
+             _step("Cast", ["y"], ["y/bf16b"], to=BF16), _step("Relu", ["v"], ["r"])]
+    assert rounded_by_readers(steps, "y", set())
+    assert not rounded_by_readers(steps, "y", {"y"})  # a graph output is read as computed
+    assert not rounded_by_readers(steps + [_step("Relu", ["y"], ["s"])], "y", set())
+    assert not rounded_by_readers(steps, "v", set()) and not rounded_by_readers(steps, "unread", set())

@@ -31,10 +31,11 @@ KERNEL_SOURCES = (gemm_impls, bf16_gemm, tuned_gemm, vendor_op, Path(__file__))
 
 def native_recipe(attrs: dict, m: int) -> str:
     variant = next((v for v in attrs["variants"] if m <= v["m_max"]), None)
+    rounding = f"+round_to={attrs['round_to']}" if attrs.get("round_to") else ""
     if variant is None:
-        return "matmul"
+        return "matmul" + rounding
     params = ",".join(f"{k}={v}" for k, v in sorted(variant["params"].items()))
-    return variant["impl"] + (f"({params})" if params else "")
+    return variant["impl"] + (f"({params})" if params else "") + rounding
 
 
 def gemm_step_key(m: int, k: int, n: int, recipe: str, target: str, *, sources: str | None = None) -> TuningKey:
@@ -65,5 +66,8 @@ def gemm_step_problem(key: TuningKey, step: dict, weights: dict, a_shape, opset:
         run.config = config  # lets a test's benchmark tell the candidates apart
         return run
 
+    if attrs.get("round_to"):  # a step that rounds its output to bf16 (kernels/tuned_gemm.py): held to bf16's tolerance
+        return Problem(key, VENDOR, CANDIDATES, build, lambda: a.astype(np.float64) @ w.astype(np.float64),
+                       out_dtype="bfloat16")
     return Problem(key, VENDOR, CANDIDATES, build, lambda: a.astype(np.float64) @ w.astype(np.float64),
                    out_dtype="float32")
