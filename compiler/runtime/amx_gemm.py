@@ -205,6 +205,9 @@ def amx_product(a: np.ndarray, panels: np.ndarray, n: int, out: np.ndarray | Non
         return None
     if out is None:
         out = np.empty((m, n), np.float32)
+    if panels.shape[1] == 0:  # K = 0: a sum of nothing (the kernel's K blocks would write nothing)
+        out[...] = 0.0
+        return out
     count = panels.shape[0]
     if not split or count < 2 or m * k * n < SPLIT_MIN_MACS:
         kernel(pairs, panels, _CONFIG, m, 0, count, n, K_BLOCK, out)

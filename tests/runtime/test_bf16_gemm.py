@@ -104,3 +104,12 @@ def test_a_packed_weight_of_another_k_is_refused():
         pytest.skip("no AVX512-BF16 here")
     with pytest.raises(ValueError, match="packed weight"):
         bf16_gemm.bf16_product(a[:, :20], bf16_gemm.pack_pairs(w), 16)
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize("m,n,k", [(0, 16, 8), (4, 16, 0), (4, 0, 8)])
+def test_empty_operands(name, m, n, k):
+    product = _kernel(name)
+    a, w = _operands(m, n, k)
+    y = product(a, bf16_gemm.pack_pairs(w), n)
+    assert y.shape == (m, n) and not y.any()
