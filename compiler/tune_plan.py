@@ -2,20 +2,26 @@
 range covers, the fastest CPU candidate (the vendor library always competes), taken from the
 timing cache when another build measured it already. The step becomes an `infc.cpu.TunedMatMul`
 whose variants name the winner and its pre-packed weights; M beyond the last tuned bucket runs the
-generic kernel. Convolutions and tuned GEMM steps then get a tactic (tune_vendor.py): infc's kernel or onnxruntime's."""
+generic kernel. A GEMM whose activation and weight hold bf16 values (a bf16 plan's: bf16_sites.py)
+is tuned under a bf16 key, where the bf16 kernels (AMX-BF16, AVX512-BF16) compete too. Convolutions
+and tuned GEMM steps then get a tactic (tune_vendor.py): infc's kernel or onnxruntime's."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .autotune.buckets import bucket_of
-from .autotune.cpu_gemm import gemm_key, gemm_problem, prepack
+from .autotune.cpu_gemm import BF16, gemm_key, gemm_problem, prepack
+from .bf16_sites import BF16 as BF16_CODE
+from .bf16_sites import bf16_valued, rounded_by_readers
+from .gemm_as_matmul import gemms_as_matmuls
 from .autotune.machine_load import busy_load, cores
 from .autotune.timing_cache import TimingCache
 from .autotune.tuner import tune_all
 from .build_phases import phase
 from .lower import Program
 from .target import cpu_fingerprint, fingerprint_id
+from .runtime.bf16_gemm import is_bf16_valued
 from .runtime.feeds_io import gather_table_rows, random_inputs
 from .tune_context import confirm_in_context
 from .tune_whole import WHOLE_MARGIN, WholeModel
@@ -25,12 +31,15 @@ TUNED_DOMAIN, TUNED_OP = "infc.cpu", "TunedMatMul"
 
 
 def _gemm_steps(program: Program):
+    """(index, step, weight, the dtype its key tunes: float32 or BF16) of each MatMul with a constant weight."""
+    rounded = bf16_valued(program.steps, program.inputs)
     for index, step in enumerate(program.steps):
         if step["op"] != "MatMul" or step.get("domain"):
             continue
         weight = program.weights.get(step["inputs"][1])
         if weight is not None and weight.ndim == 2 and weight.dtype == np.float32:
-            yield index, step, weight
+            is_bf16 = step["inputs"][0] in rounded and is_bf16_valued(weight)
+            yield index, step, weight, BF16 if is_bf16 else "float32"
 
 
 def _m_range(step: dict, shapes_by_level: dict) -> tuple[int, int] | None:
@@ -57,28 +66,34 @@ def tune_program(program: Program, shapes_by_level: dict, profile, options, log,
     (tune_context.py)."""
     target = fingerprint_id(cpu_fingerprint())
     cache = TimingCache(options.cache_dir / "timing_cache.json") if options.use_cache else None
+    gemms_as_matmuls(program, shapes_by_level)  # Gemm steps with a constant weight are tuned too (the caller's shapes)
     # a GEMM reading a graph input (a model that starts with a MatMul) has its rows in the profile
     shapes_by_level = _with_graph_inputs(program, shapes_by_level, profile)
     plans = []  # (step index, weight name, [(bucket, key)])
     problems = {}
-    for index, step, weight in _gemm_steps(program):
+    for index, step, weight, dtype in _gemm_steps(program):
         m_range = _m_range(step, shapes_by_level)
         if m_range is None:
             continue
         k, n = weight.shape
         keys = []
         for bucket in _buckets_between(*m_range, profile.m_buckets):
-            key = gemm_key(bucket, n, k, "float32", target, m_buckets=profile.m_buckets)
+            key = gemm_key(bucket, n, k, dtype, target, m_buckets=profile.m_buckets)
             problems.setdefault(str(key), key)
             keys.append((bucket, key))
-        plans.append((index, step["inputs"][1], keys))
+        plans.append((index, step["inputs"][1], keys, dtype))
     reports, table = [], []
     if problems:
         report = tune_all([gemm_problem(key) for key in problems.values()], budget_s=profile.budget_s, cache=cache,
                           show_progress=options.show_progress)
         table = [_table_row(result) for result in report.results.values()]
-        for index, weight_name, keys in plans:
-            _rewrite_step(program, index, weight_name, [(bucket, report.results[str(key)]) for bucket, key in keys])
+        outputs = {o["name"] for o in program.outputs}
+        for index, weight_name, keys, dtype in plans:
+            # a bf16 GEMM whose output is only read rounded to bf16 rounds it itself: the program's
+            # rounding step after it goes (runtime/cast_fold.fold_rounding)
+            is_rounded = dtype == BF16 and rounded_by_readers(program.steps, program.steps[index]["outputs"][0], outputs)
+            _rewrite_step(program, index, weight_name, [(bucket, report.results[str(key)]) for bucket, key in keys],
+                          round_to=BF16_CODE if is_rounded else None)
         reports.append(report)
     spent = sum(r.time_s for r in reports)
     if not options.allow_fallback:  # --no-fallback: nothing runs in onnxruntime, tactics included
@@ -145,7 +160,7 @@ def _with_graph_inputs(program: Program, shapes_by_level: dict, profile) -> dict
     return merged
 
 
-def _rewrite_step(program: Program, index: int, weight_name: str, results) -> None:
+def _rewrite_step(program: Program, index: int, weight_name: str, results, round_to: int | None = None) -> None:
     step = program.steps[index]
     weight = program.weights[weight_name]
     inputs = list(step["inputs"][:2])
@@ -165,7 +180,7 @@ def _rewrite_step(program: Program, index: int, weight_name: str, results) -> No
         variants.append({"m_max": bucket, "impl": result.winner.impl, "params": result.winner.kwargs(),
                          "packed": packed_inputs, "source": result.status})
     step.update({"op": TUNED_OP, "domain": TUNED_DOMAIN, "inputs": inputs, "kernel": "tuned_matmul",
-                 "attrs": {"variants": variants}})
+                 "attrs": {"variants": variants, **({"round_to": round_to} if round_to else {})}})
 
 
 def _block_suffix(config) -> str:

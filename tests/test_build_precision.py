@@ -200,3 +200,50 @@ def test_paddleocr_rec_fp16_plan_decodes_the_line(tmp_path):
     (probs,) = PlanSession(plan).run({"x": line}).values()
     assert ocr.ctc_greedy_decode(probs[0], ocr.character_list(onnx.load(path))) == "infc 2026 optimizer"
     assert report["precision"]["accuracy"]["outputs"][0]["top1_agreement"] == 1.0
+
+
+def _two_matmuls(path):
+    """x [M, 64] -> MatMul -> Relu -> MatMul -> y [M, 48], seeded random weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    weights = [numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32), name)
+               for name, shape in (("w1", (64, 96)), ("w2", (96, 48)))]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "two_matmuls", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", 48])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_bf16_plan_gemms_race_the_bf16_kernels_and_match_onnxruntime(tmp_path):
+    from infc.compiler.runtime import bf16_gemm
+
+    model = _two_matmuls(tmp_path / "two_matmuls.onnx")
+    profile = tmp_path / "p.yaml"
+    profile.write_text("inputs:\n  x: {min: [3, 64], opt: [40, 64], max: [70, 64]}\n")
+    plan, report = _build(tmp_path, model, profile, "bf16")
+    # both GEMMs read bf16 values (a Cast pair before each): tuned under bf16 keys, where the bf16
+    # kernels compete (run where the CPU has them, pruned with the reason where it has not)
+    rows = [row for row in report["tuning"] if row["shape"].startswith("M<=")]
+    assert rows and all("bfloat16" in row["key"] for row in rows)
+    for row in rows:
+        statuses = {c["config"]: c["status"] for c in row["candidates"]}
+        assert {"matmul_bf16(kernel=amx)", "matmul_bf16(kernel=avx512)"} <= set(statuses)
+    meta = read_plan(plan).meta
+    assert meta["precision"]["accuracy"]["within_tolerance"]
+    # the first GEMM's output is only read rounded to bf16: it rounds it itself (kernels/tuned_gemm.py)
+    tuned = [s for s in meta["program"] if s["op"] == "TunedMatMul"]
+    assert len(tuned) == 2 and tuned[0]["attrs"].get("round_to") == onnx.TensorProto.BFLOAT16
+    session = PlanSession(plan)
+    names = [o["name"] for o in meta["outputs"]]
+    for m in (3, 40, 70):  # the profile's min, opt and max rows
+        feeds = {"x": np.random.default_rng(m).standard_normal((m, 64)).astype(np.float32)}
+        expected = ort_session(onnx.load(model)).run(names, feeds)
+        native = session.run(feeds)
+        with bf16_gemm.disabled():  # a CPU without AVX512-BF16 / AMX: the plan still runs, in float32
+            fallback = PlanSession(plan).run(feeds)
+        for outputs in (native, fallback):
+            error = max(d.max_rel_diff for d in compare_outputs(names, expected, [outputs[n] for n in names]))
+            assert 1e-6 < error <= TOLERANCE, (m, error)

@@ -186,7 +186,7 @@ def _bert_program():
         feeds = {"input_ids": rng.integers(0, 100, (batch, length)), "attention_mask": np.ones((batch, length), np.int64)}
         _, shapes = sample_run(program, feeds)
         seen[level] = {**{n: (v.shape, v.dtype.name) for n, v in feeds.items()}, **shapes}
-    for index, step, _ in list(_gemm_steps(program)):  # BLAS's plain recipe for every M, untimed
+    for index, step, *_ in list(_gemm_steps(program)):  # BLAS's plain recipe for every M, untimed
         result = SimpleNamespace(winner=Config("matmul"), status="test")
         _rewrite_step(program, index, step["inputs"][1], [(DEFAULT_M_BUCKETS[-1], result)])
     return model, program, seen

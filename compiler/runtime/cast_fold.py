@@ -113,8 +113,12 @@ CPU_ROUND_OP = ("infc.cpu", "RoundTo")  # kernels/cast.py round_to
 
 
 def fold_rounding(steps: list[dict], keep: set[str]) -> list[dict]:
-    """The CPU executor's program: Cast pairs folded into RoundTo, repeated roundings dropped."""
+    """The CPU executor's program: Cast pairs folded into RoundTo, repeated roundings dropped (a
+    tuned GEMM with `round_to` rounds its own output: kernels/tuned_gemm.py; not in onnxruntime)."""
     if not any(_is_cast(step) and (step.get("attrs") or {}).get("to") in LOW_TYPES for step in steps):
         return steps
     placed = fold_cast_pairs(list(enumerate(steps)), set(), keep, CPU_ROUND_OP)
-    return [step for _, step in elide_repeated_rounding(placed, {}, keep, CPU_ROUND_OP)]
+    rounded = {step["outputs"][0]: step["attrs"]["round_to"] for step in steps
+               if (step.get("domain"), step["op"]) == ("infc.cpu", "TunedMatMul") and not step.get("tactic")
+               and (step.get("attrs") or {}).get("round_to") in LOW_TYPES}
+    return [step for _, step in elide_repeated_rounding(placed, rounded, keep, CPU_ROUND_OP)]

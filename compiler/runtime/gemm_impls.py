@@ -7,6 +7,9 @@ keyword arguments, and the build's prepack stored the weight arrays the function
     matmul_wt             w_t        (N, K)   transposed copy: BLAS reads it as op(B) = B^T
     matmul_wt_swapped     w_t        (N, K)   computes (w_t @ a^T)^T: for skinny M a row-major gemv
     matmul_blocked        w_blocked  (K*N,)   column panels of `block` columns, each contiguous (K, b)
+    matmul_bf16           w, w_pairs          the weight, and its bf16 k pairs (bf16_gemm.pack_pairs) that
+                                              AMX-BF16 / AVX512-BF16 tiles read: for activations and weights
+                                              holding bf16 values (a bf16 plan's), sums in float32
 
 Every function takes a (..., K) activation (leading dims are flattened into M, so NumPy runs one
 BLAS call instead of one per batch item), returns a C-contiguous (..., N) array in a's dtype, and
@@ -33,6 +36,8 @@ import time
 from typing import Any, Callable, Mapping
 
 import numpy as np
+
+from . import amx_gemm, bf16_gemm
 
 Packed = Mapping[str, np.ndarray]
 
@@ -347,13 +352,32 @@ def matmul_blocked(a: np.ndarray, packed: Packed, out: np.ndarray | None = None,
     return _shaped(y, a)
 
 
+BF16_KERNELS = {"amx": amx_gemm.amx_product, "avx512": bf16_gemm.bf16_product}
+
+
+def matmul_bf16(a: np.ndarray, packed: Packed, out: np.ndarray | None = None, kernel: str = "amx",
+                threads: int | None = None) -> np.ndarray:
+    """a @ w with a rounded to bf16 and bf16 products summed in float32, on `kernel`'s tiles; where
+    the CPU lacks them (a plan built on another machine) the float32 product on the weight, which
+    holds the same bf16 values: the same sums up to their order. `threads` 1: one core (the two
+    threads of one physical core share its AMX unit: splitting measured slower there)."""
+    w, pairs = packed["w"], packed["w_pairs"]
+    a2 = _rows(a, w.shape[0])
+    y = _out_rows(out, a, w.shape[1])
+    if BF16_KERNELS[kernel](a2, pairs, w.shape[1], y, split=threads is None) is None:
+        product_into(a2, w, y, threads)
+    return _shaped(y, a)
+
+
 IMPLS: dict[str, Callable[..., np.ndarray]] = {
     "matmul": matmul,
     "dot": dot,
     "matmul_wt": matmul_wt,
     "matmul_wt_swapped": matmul_wt_swapped,
     "matmul_blocked": matmul_blocked,
+    "matmul_bf16": matmul_bf16,
 }
+BF16_IMPLS = frozenset({"matmul_bf16"})  # read bf16 values: a may only be a bf16 value's float32
 
 
 def run_gemm(impl: str, a: np.ndarray, packed: Packed, params: Mapping[str, Any], out: np.ndarray | None = None) -> np.ndarray:

@@ -73,7 +73,8 @@ def test_keys_name_the_gemm_problem_only():
 
 def test_the_vendor_is_plain_matmul_and_every_impl_has_a_prepack():
     assert cpu_gemm.VENDOR == Config("matmul") and cpu_gemm.CANDIDATES[0] == cpu_gemm.VENDOR
-    assert set(cpu_gemm.PREPACKS) == set(gemm_impls.IMPLS) == {c.impl for c in cpu_gemm.CANDIDATES}
+    every = cpu_gemm.CANDIDATES + cpu_gemm.BF16_CANDIDATES
+    assert set(cpu_gemm.PREPACKS) == set(gemm_impls.IMPLS) == {c.impl for c in every}
 
 
 def test_bad_calls_raise_clear_errors():
@@ -91,3 +92,23 @@ def test_the_runtime_impls_do_not_import_the_compiler_half():
             "bad = [m for m in sys.modules if m.startswith(('infc.compiler.autotune', 'infc.compiler.passes'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_bf16_keys_race_the_bf16_kernels_on_bf16_values():
+    from infc.compiler.runtime import bf16_gemm
+
+    key = cpu_gemm.gemm_key(20, 200, 96, cpu_gemm.BF16, "test-target")
+    assert key.dtypes == (cpu_gemm.BF16, cpu_gemm.BF16, "float32")
+    assert str(key) != str(cpu_gemm.gemm_key(20, 200, 96, "float32", "test-target"))
+    problem = cpu_gemm.gemm_problem(key, num_cores=2)
+    assert set(cpu_gemm.BF16_CANDIDATES) <= set(problem.configs) and problem.out_dtype == "float32"
+    assert not set(cpu_gemm.BF16_CANDIDATES) & set(cpu_gemm.gemm_problem(cpu_gemm.gemm_key(20, 200, 96, "float32", "t")).configs)
+    result = tune(problem, WallClockBench(warmup=0, min_runs=1, max_runs=2), rounds=1)
+    for config in cpu_gemm.BF16_CANDIDATES:  # correct where the CPU has the instructions, else pruned
+        status = result.result_of(config).status
+        available = cpu_gemm.BF16_HOST_CHECKS[config.param("kernel")][0]()
+        assert status == "ok" if available else status.startswith("pruned"), (config, status)
+    with bf16_gemm.disabled():  # a CPU without them: pruned with the reason, never run
+        prune = cpu_gemm.prune_for(key, num_cores=2)
+        assert prune(Config.of("matmul_bf16", kernel="amx")) == "no usable AMX-BF16 on this CPU"
+        assert prune(Config.of("matmul_bf16", kernel="avx512")) == "no AVX512-BF16 on this CPU"

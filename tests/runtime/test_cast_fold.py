@@ -71,3 +71,20 @@ def test_values_an_island_reads_keep_their_names():
     folded = fold_rounding(steps, keep={"y"})
     assert folded[-1]["inputs"] == ["r32"]
     assert [s["outputs"] for s in folded if (s.get("domain"), s["op"]) == CPU_ROUND_OP] == [["a32"], ["r32"]]
+
+
+def test_a_tuned_gemm_that_rounds_its_output_drops_the_rounding_after_it():
+    from infc.compiler.runtime.cast_fold import fold_rounding
+
+    gemm = {"op": "TunedMatMul", "domain": "infc.cpu", "inputs": ["a", "w"], "outputs": ["y"],
+            "attrs": {"variants": [], "round_to": 16}}
+    casts = [{"op": "Cast", "domain": "", "inputs": ["y"], "outputs": ["y/bf16"], "attrs": {"to": 16}},
+             {"op": "Cast", "domain": "", "inputs": ["y/bf16"], "outputs": ["y/fp32"], "attrs": {"to": 1}},
+             {"op": "Relu", "domain": "", "inputs": ["y/fp32"], "outputs": ["z"], "attrs": {}}]
+    folded = fold_rounding([gemm, *casts], {"z"})
+    assert [s["op"] for s in folded] == ["TunedMatMul", "Relu"] and folded[1]["inputs"] == ["y"]
+    # in onnxruntime (a tactic) the product is not rounded: the rounding stays
+    folded = fold_rounding([{**gemm, "tactic": "onnxruntime"}, *casts], {"z"})
+    assert [s["op"] for s in folded] == ["TunedMatMul", "RoundTo", "Relu"]
+    unrounded = {**gemm, "attrs": {"variants": []}}
+    assert [s["op"] for s in fold_rounding([unrounded, *casts], {"z"})] == ["TunedMatMul", "RoundTo", "Relu"]
