@@ -86,7 +86,8 @@ def _replace(graph: gs.Graph, site: Site, layer: int, extra: list[gs.Tensor], na
                                attrs={"num_heads": n, "kv_num_heads": site.kv_num_heads, "scale": site.scale, "layer": layer,
                                       **({"softcap": site.softcap} if site.softcap else {}),
                                       **({"window": site.window} if site.window else {}),
-                                      **({"alibi_slopes": list(site.alibi_slopes)} if site.alibi_slopes else {})},
+                                      **({"alibi_slopes": list(site.alibi_slopes)} if site.alibi_slopes else {}),
+                                      **({"sinks": list(site.sinks)} if site.sinks else {})},
                                inputs=[q, site.k_new, site.v_new, *extra], outputs=[out]))
     if site.q_is_4d:
         out = _node(graph, names, "Reshape", [out, _const(names, [0, 0, n, h])])

@@ -39,6 +39,7 @@ class Site:
     softcap: float = 0.0  # scores -> softcap * tanh(scores / softcap) before the mask, when > 0
     window: int = 0  # a sliding window: each query sees its last `window` keys (mask_check.py finds it)
     alibi_slopes: tuple[float, ...] | None = None  # per query head: + slope * (key - query position)
+    sinks: tuple[float, ...] | None = None  # per query head: a logit that joins each row's softmax (gpt-oss)
 
     @property
     def q_is_4d(self) -> bool:
@@ -118,7 +119,11 @@ def site_of(node: gs.Node, graph_inputs: set[int]) -> tuple[Site | None, str | N
         return None, "head counts or head size are not static"
     scale = node.attrs.get("scale") or 1.0 / np.sqrt(head_dim)
     bias = inputs[5] if node.op == "MultiHeadAttention" else inputs[3]
-    site = Site(node, q, k_new, v_new, past, present, int(num_heads), kv_heads, head_dim, float(scale), bias, softcap)
+    sinks = tuple(float(x) for x in node.attrs["sinks"]) if node.attrs.get("sinks") else None  # attention_sinks.py
+    if sinks is not None and len(sinks) != num_heads:
+        return None, "attention sinks are not one per query head"
+    site = Site(node, q, k_new, v_new, past, present, int(num_heads), kv_heads, head_dim, float(scale), bias, softcap,
+                sinks=sinks)
     return site, None
 
 

@@ -42,6 +42,8 @@ FIXTURES = {
     "llama_ts_nocache": ("llama", "ts_nocache"),  # no past inputs: logits of the whole sequence
     "phi3_longrope_dynamo": ("phi3_longrope", "dynamo"),  # built only for max_model_len <= 64
     "qwen2_dynamo_fp16": ("qwen2", "dynamo"),  # model.half() before export: served in float32
+    # attention sinks, a 24-key window on every other layer, top-2 of 4 experts (transformers 5.24)
+    "gpt_oss_window_ts": ("gpt_oss_window", "ts"),
 }
 DTYPES = {"qwen2_dynamo_fp16": "float16"}
 LAYERS = {"mistral_window_ts": 1}
