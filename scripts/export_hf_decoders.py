@@ -242,14 +242,16 @@ def make_model(arch: str, attn: str = "sdpa", **overrides) -> nn.Module:
     return model
 
 
-def kv_shape(model) -> tuple[int, int, int]:
-    """(layers, KV heads, head size), read off the cache of a one-token run: configs name them
-    differently (num_key_value_heads, num_kv_heads + multi_query, n_head, head_dim or not)."""
+def kv_shape(model) -> tuple[int, int, int, int]:
+    """(layers, KV heads, key head size, value head size), read off the cache of a one-token run: configs
+    name them differently (num_key_value_heads, num_kv_heads + multi_query, n_head, head_dim or not);
+    multi-head latent attention (DeepSeek, MiniCPM3) caches keys wider than values."""
     with torch.no_grad():
         cache = model(torch.tensor([[1]]), use_cache=True).past_key_values
-    keys = [layer.keys for layer in cache.layers] if hasattr(cache, "layers") else \
-        [layer[0] for layer in cache] if isinstance(cache, tuple) else list(cache.key_cache)  # transformers 4: tuples
-    return len(keys), keys[0].shape[1], keys[0].shape[3]
+    pairs = [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else \
+        [layer[:2] for layer in cache] if isinstance(cache, tuple) else \
+        list(zip(cache.key_cache, cache.value_cache))  # transformers 4: tuples
+    return len(pairs), pairs[0][0].shape[1], pairs[0][0].shape[3], pairs[0][1].shape[3]
 
 
 def kv_names(num_layers: int) -> tuple[list[str], list[str]]:
@@ -279,11 +281,11 @@ class FlatPast(nn.Module):
 
 
 def export_torch(model, path: Path, dynamo: bool, opset: int | None = None) -> None:
-    num_layers, kv_heads, head_dim = kv_shape(model)
+    num_layers, kv_heads, head_dim, value_dim = kv_shape(model)
     past, present = kv_names(num_layers)
     dtype = next(model.parameters()).dtype  # a half model's past is half too
     args = (torch.tensor([[5, 6]]), torch.ones(1, 5, dtype=torch.int64), torch.tensor([[3, 4]]),
-            *[torch.randn(1, kv_heads, 3, head_dim).to(dtype) for _ in past])
+            *[torch.randn(1, kv_heads, 3, value_dim if n.endswith("value") else head_dim).to(dtype) for n in past])
     axes = {"input_ids": {0: "batch_size", 1: "sequence_length"}, "position_ids": {0: "batch_size", 1: "sequence_length"},
             "attention_mask": {0: "batch_size", 1: "total_sequence_length"}, "logits": {0: "batch_size", 1: "sequence_length"},
             **{n: {0: "batch_size", 2: "past_sequence_length"} for n in past},
@@ -357,14 +359,16 @@ def export_optimum_merged(model, path: Path) -> None:
 def check(model, path: Path) -> float:
     """onnxruntime on the export against transformers: a 7-token prompt, then one token with its past."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    num_layers, kv_heads, head_dim = kv_shape(model)
     names = {i.name for i in session.get_inputs()}
+    # an export without a KV cache needs no cache shapes (recurrent models have none to read)
+    num_layers, kv_heads, head_dim, value_dim = kv_shape(model) if "past_key_values.0.key" in names else (0, 0, 0, 0)
     past, present = kv_names(num_layers)
     ids = torch.tensor([[1, 17, 33, 200, 9, 4, 77, 150]]) % model.config.vocab_size
     with torch.no_grad():
         want = model(ids).logits.float().numpy()
     half = next(model.parameters()).dtype == torch.float16
-    feeds = {n: np.zeros((1, kv_heads, 0, head_dim), np.float16 if half else np.float32) for n in past}
+    feeds = {n: np.zeros((1, kv_heads, 0, value_dim if n.endswith("value") else head_dim), np.float16 if half else np.float32)
+             for n in past}
     feeds.update(input_ids=ids[:, :7].numpy(), attention_mask=np.ones((1, 7), np.int64), position_ids=np.arange(7)[None])
     outputs = [o.name for o in session.get_outputs()]
     if "past_key_values.0.key" not in names:  # no KV cache: the whole sequence at once

@@ -16,7 +16,8 @@ import onnx_graphsurgeon as gs
 from ..errors import BadInput
 from ..graph import NameGen
 from .past_length import LengthRead, check_past_length
-from .sites import Site
+from .latent_kv import clone_onto_new_tokens
+from .sites import Site, past_shape
 
 DOMAIN = "infc"
 SLOT_MAPPING, BLOCK_TABLES = "infc.slot_mapping", "infc.block_tables"
@@ -74,12 +75,18 @@ def canonicalize(graph: gs.Graph, sites: list[Site], block_size: int, logits_nam
 def _replace(graph: gs.Graph, site: Site, layer: int, extra: list[gs.Tensor], names: NameGen) -> None:
     """extra: the layer's K and V pools, then the step metadata inputs."""
     node, y = site.node, site.node.outputs[0]
-    n, h = site.num_heads, site.head_dim
+    n, h, hv = site.num_heads, site.head_dim, site.value_dim or site.head_dim
     q = site.q
     if site.q_is_4d:  # ONNX Attention with q as (B, N, S, H): PagedAttention takes (B, S, N*H)
         q = _node(graph, names, "Transpose", [q], perm=[0, 2, 1, 3])
         q = _node(graph, names, "Reshape", [q, _const(names, [0, 0, n * h])])
-    out = gs.Variable(names("paged_attention"), np.float32, None) if site.q_is_4d else y
+    k_new, v_new = site.k_new, site.v_new
+    if site.latent is not None:  # MLA: the keys and values of the new tokens alone (latent_kv.py)
+        k_new, v_new = clone_onto_new_tokens(graph, site.latent, [site.k_new, site.v_new])
+    if hv < h:  # one head size in the pools: values padded with zeros, their context sliced back
+        v_new = _node(graph, names, "Pad", [v_new, _const(names, [0, 0, 0, 0, 0, 0, 0, h - hv])])
+    is_padded = hv < h
+    out = gs.Variable(names("paged_attention"), np.float32, None) if site.q_is_4d or is_padded else y
     node.outputs = []
     node.inputs = []
     graph.nodes.append(gs.Node("PagedAttention", names(f"paged_attention_{layer}"), domain=DOMAIN,
@@ -88,9 +95,14 @@ def _replace(graph: gs.Graph, site: Site, layer: int, extra: list[gs.Tensor], na
                                       **({"window": site.window} if site.window else {}),
                                       **({"alibi_slopes": list(site.alibi_slopes)} if site.alibi_slopes else {}),
                                       **({"sinks": list(site.sinks)} if site.sinks else {})},
-                               inputs=[q, site.k_new, site.v_new, *extra], outputs=[out]))
-    if site.q_is_4d:
+                               inputs=[q, k_new, v_new, *extra], outputs=[out]))
+    if is_padded:  # (1, T, N*H) -> (1, T, N, H) -> the first hv of each head
         out = _node(graph, names, "Reshape", [out, _const(names, [0, 0, n, h])])
+        out = _node(graph, names, "Slice", [out, _const(names, [0]), _const(names, [hv]), _const(names, [3])])
+        if not site.q_is_4d:
+            graph.nodes.append(gs.Node("Reshape", names("reshape"), inputs=[out, _const(names, [0, 0, n * hv])], outputs=[y]))
+    if site.q_is_4d:
+        out = out if is_padded else _node(graph, names, "Reshape", [out, _const(names, [0, 0, n, h])])
         graph.nodes.append(gs.Node("Transpose", names("transpose"), attrs={"perm": [0, 2, 1, 3]}, inputs=[out], outputs=[y]))
 
 
@@ -108,8 +120,9 @@ def _drop_past_reads(graph: gs.Graph, past: set[int], site: Site) -> list[Length
     """Exporters read shapes off the past inputs (dynamo: the batch size, and the past length in its
     shape arithmetic). The paged graph is the model run on an empty past: [1, kvN, 0, H]. Returns
     the reads that include the past length (now constants)."""
-    static, lengths = [1, site.kv_num_heads, 0, site.head_dim], []
+    lengths = []
     for tensor in [t for t in graph.inputs if id(t) in past]:
+        static = past_shape(tensor, site, 0)
         for consumer in list(tensor.outputs):
             if consumer.op != "Shape":
                 raise BadInput(f"not a recognized decoder: '{consumer.name}' ({consumer.op}) reads the past KV "

@@ -254,8 +254,10 @@ def _smoke_run(program, decoder: dict) -> None:
     if not diff <= CHUNK_RTOL * max(1.0, float(np.abs(whole).max())):
         raise BadInput(f"not a recognized decoder: a token decoded after its cached prompt gets logits {diff:.3g} away "
                        "from the same token prefilled with the prompt: the graph derives token positions from the "
-                       "step's tokens (export it with a position_ids input), or computes with all the step's tokens "
-                       "together (a statistic over every row, as a quantization scale)")
+                       "step's tokens (export it with a position_ids input), computes with all the step's tokens "
+                       "together (a statistic over every row, as a quantization scale), or carries a state along the "
+                       "sequence that the paged KV cache does not hold (recurrent, state-space, linear-attention or "
+                       "short-convolution layers: Mamba, RWKV, RecurrentGemma, LFM2, Qwen3-Next)")
 
 
 def _brief(decoder: dict) -> dict:

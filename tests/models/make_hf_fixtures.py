@@ -44,6 +44,10 @@ FIXTURES = {
     "qwen2_dynamo_fp16": ("qwen2", "dynamo"),  # model.half() before export: served in float32
     # attention sinks, a 24-key window on every other layer, top-2 of 4 experts (transformers 5.24)
     "gpt_oss_window_ts": ("gpt_oss_window", "ts"),
+    # multi-head latent attention: the export caches the kv latent (32) and the rotary key (8)
+    # (transformers 5.24), keys 24 and values 16 wide computed from them; grouped MoE routing
+    "deepseek_v3_ts": ("deepseek_v3", "ts"),
+    "deepseek_v3_dynamo": ("deepseek_v3", "dynamo"),  # + dims read off input_ids and the past latents
 }
 DTYPES = {"qwen2_dynamo_fp16": "float16"}
 LAYERS = {"mistral_window_ts": 1}
