@@ -4,8 +4,9 @@
     pip install torch transformers onnxscript          # optional deps: this script only
     python scripts/export_hf_decoders.py [--models qwen2,llama] [--exporters ts,dynamo,optimum] [--out DIR]
 
-Each architecture (CONFIGS: 36 of them, Llama to Gemma 2, Falcon, OPT, GPT-J, the ALiBi of Bloom and MPT) is its transformers class built from a small config (2 layers, hidden 64, vocab 256; no
-download), with seeded random weights, exported by:
+Each architecture (CONFIGS: Llama to Gemma 2, Falcon, OPT, GPT-J, the ALiBi of Bloom and MPT; then transformers 5.24's
+newer families: gpt-oss's sinks, DeepSeek's latent attention, MoE routing forms, and recurrent hybrids infc must refuse)
+is its transformers class built from a small config (2 layers, hidden 64, vocab 256; no download), with seeded random weights, exported by:
 
   ts       torch.onnx.export (TorchScript exporter, opset 17) of a wrapper taking the past key/values
            as flat inputs past_key_values.{i}.key/value and returning present.{i}.key/value
@@ -20,7 +21,10 @@ download), with seeded random weights, exported by:
 
 With --attn eager the models use transformers' eager attention instead of SDPA (folder suffix _eager);
 classes without SDPA (Gemma 2: its soft-cap) always export eager. Written for transformers 5
-(`rope_parameters`; the MoE configs need transformers 4.x); some combinations do not export (cohere ts, mpt dynamo, falcon dynamo23).
+(`rope_parameters`; MoE experts export through experts_implementation="batched_mm"); some combinations do not
+export (cohere ts, mpt dynamo, falcon dynamo23; with transformers 5.24: glm/glm4/cohere2/ernie4_5/helium ts ("All tensors
+must have the same rank"), llama4 and deepseek_v2 either way (complex rotary: aten::polar), apertus ts (expm1),
+jetmoe/dbrx ts, gemma4, qwen3_5/qwen3_next (linalg_solve_triangular); recurrent models only as ts_nocache).
 Writes DIR/{arch}_{exporter}/model.onnx (default DIR build/hf_decoders/, git-ignored) and checks each
 export in onnxruntime against transformers on a prompt and one decode step with its past.
 """
