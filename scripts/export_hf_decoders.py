@@ -191,6 +191,10 @@ CONFIGS = {
     "gemma4": ("gemma4_text", {"head_dim": 16, "num_hidden_layers": 4, "vocab_size_per_layer_input": 256,
                                "hidden_size_per_layer_input": 16, "sliding_window": 4096,
                                "layer_types": ["sliding_attention", "full_attention"] * 2}, ()),
+    # full-attention layers with the sliding ones' head size (Gemma 4's are 512 wide against 256)
+    "gemma4_uniform": ("gemma4_text", {"head_dim": 16, "global_head_dim": 16, "num_hidden_layers": 4,
+                                       "vocab_size_per_layer_input": 256, "hidden_size_per_layer_input": 16,
+                                       "sliding_window": 4096, "layer_types": ["sliding_attention", "full_attention"] * 2}, ()),
     # recurrent state beside (or instead of) the KV cache: infc must refuse these by name
     "qwen3_5": ("qwen3_5_text", {"head_dim": 16, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
                                  "linear_num_key_heads": 2, "linear_num_value_heads": 4,
@@ -258,6 +262,17 @@ def kv_shape(model) -> tuple[int, int, int, int]:
     return len(pairs), pairs[0][0].shape[1], pairs[0][0].shape[3], pairs[0][1].shape[3]
 
 
+def past_dims(model) -> dict[str, tuple[int, int]]:
+    """(heads, width) of each past input, read off the cache of a one-token run: layers may differ
+    (Gemma 4's full-attention layers have wider heads than its sliding ones)."""
+    with torch.no_grad():
+        cache = model(torch.tensor([[1]]), use_cache=True).past_key_values
+    pairs = [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else \
+        [layer[:2] for layer in cache] if isinstance(cache, tuple) else list(zip(cache.key_cache, cache.value_cache))
+    past, _ = kv_names(len(pairs))
+    return {name: (t.shape[1], t.shape[3]) for name, t in zip(past, [t for kv in pairs for t in kv])}
+
+
 def kv_names(num_layers: int) -> tuple[list[str], list[str]]:
     past = [f"past_key_values.{i}.{w}" for i in range(num_layers) for w in ("key", "value")]
     return past, [n.replace("past_key_values", "present") for n in past]
@@ -287,9 +302,10 @@ class FlatPast(nn.Module):
 def export_torch(model, path: Path, dynamo: bool, opset: int | None = None) -> None:
     num_layers, kv_heads, head_dim, value_dim = kv_shape(model)
     past, present = kv_names(num_layers)
+    dims = past_dims(model)
     dtype = next(model.parameters()).dtype  # a half model's past is half too
     args = (torch.tensor([[5, 6]]), torch.ones(1, 5, dtype=torch.int64), torch.tensor([[3, 4]]),
-            *[torch.randn(1, kv_heads, 3, value_dim if n.endswith("value") else head_dim).to(dtype) for n in past])
+            *[torch.randn(1, dims[n][0], 3, dims[n][1]).to(dtype) for n in past])
     axes = {"input_ids": {0: "batch_size", 1: "sequence_length"}, "position_ids": {0: "batch_size", 1: "sequence_length"},
             "attention_mask": {0: "batch_size", 1: "total_sequence_length"}, "logits": {0: "batch_size", 1: "sequence_length"},
             **{n: {0: "batch_size", 2: "past_sequence_length"} for n in past},
@@ -371,8 +387,8 @@ def check(model, path: Path) -> float:
     with torch.no_grad():
         want = model(ids).logits.float().numpy()
     half = next(model.parameters()).dtype == torch.float16
-    feeds = {n: np.zeros((1, kv_heads, 0, value_dim if n.endswith("value") else head_dim), np.float16 if half else np.float32)
-             for n in past}
+    dims = past_dims(model) if past else {}
+    feeds = {n: np.zeros((1, dims[n][0], 0, dims[n][1]), np.float16 if half else np.float32) for n in past}
     feeds.update(input_ids=ids[:, :7].numpy(), attention_mask=np.ones((1, 7), np.int64), position_ids=np.arange(7)[None])
     outputs = [o.name for o in session.get_outputs()]
     if "past_key_values.0.key" not in names:  # no KV cache: the whole sequence at once

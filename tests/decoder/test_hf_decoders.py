@@ -29,6 +29,7 @@ with its past-KV loop; masks paged attention cannot express (ALiBi) fail the bui
     gpt_oss_window_ts  gpt-oss (transformers 5.24): attention sinks (Concat of a logit per head, peak
                        shift, Softmax, the sink column sliced off), a 24-key window on every other
                        layer, top-2 of 4 experts through batched MMs
+    gemma4_ts          Gemma 4: heads 64 wide in full-attention layers, 16 in sliding ones; per-layer inputs
 and refusals that name their reason.
 """
 
@@ -132,6 +133,19 @@ def test_attention_sinks_are_paged_with_their_logits(profile, tmp_path):
     assert plan_report(plan)["decoder"]["attention"] == {"sliding_windows": [24], "sink_layers": 2}  # infc inspect
     runner = load_model_runner(plan)
     requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1, max_len=90)  # past the window
+    tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, chunk_sizes=[17, 40, 9, 64], budget=96)
+    assert_greedy_matches_ort(source, requests, tokens, logits, NUM_TOKENS)
+
+
+def test_layers_of_other_head_sizes_share_pools_of_the_widest(profile, tmp_path):
+    """Gemma 4 (transformers 5.24): full-attention layers' heads are wider (here 64) than the sliding
+    layers' (16). It was refused ("layers differ in head counts or sizes"); now every pool holds 64-wide
+    heads, the narrower layers' queries, keys and values padded with zeros and their context sliced back."""
+    source = HF / "gemma4_ts.onnx"
+    plan = build_plan(source, profile, tmp_path)
+    assert read_plan(plan).meta["decoder"]["head_dim"] == 64
+    runner = load_model_runner(plan)
+    requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1, max_len=60)
     tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, chunk_sizes=[17, 40, 9, 64], budget=96)
     assert_greedy_matches_ort(source, requests, tokens, logits, NUM_TOKENS)
 
