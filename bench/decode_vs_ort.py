@@ -70,15 +70,16 @@ class OrtLoop:
             raise SystemExit(f"error: {model}: {len(self.past)} past inputs but {len(self.present)} present outputs")
         self.logits = outputs.index("logits") if "logits" in outputs else 0
         first = inputs[self.past[0]]
-        self.heads = first.shape[1]
-        self.head_dim = first.shape[3] if isinstance(first.shape[3], int) else head_dim  # genai: 'kv_cache_dim'
+        # (heads, width) per past input: a latent cache (DeepSeek's MLA) has keys and values of other widths
+        self.dims = {name: (inputs[name].shape[1], inputs[name].shape[3] if isinstance(inputs[name].shape[3], int)
+                            else head_dim) for name in self.past}  # genai: 'kv_cache_dim'
         self.kv_type = TYPES[first.type]
         self.has_positions = "position_ids" in inputs
         self.mask_type = TYPES[inputs["attention_mask"].type] if "attention_mask" in inputs else None
 
     def run(self, prompts: np.ndarray, output_len: int) -> tuple[float, list[float], np.ndarray]:
         batch, length = prompts.shape
-        past = {name: np.zeros((batch, self.heads, 0, self.head_dim), self.kv_type) for name in self.past}
+        past = {name: np.zeros((batch, heads, 0, width), self.kv_type) for name, (heads, width) in self.dims.items()}
         ids, position, times, tokens = prompts.astype(np.int64), 0, [], []
         for _ in range(output_len):
             feeds = {"input_ids": ids, **past}

@@ -124,11 +124,12 @@ def _architecture(program: list[dict]) -> dict:
 
 def _attention_options(program: list[dict]) -> dict:
     """What the paged attention adds to plain causal attention, over the layers: sliding windows,
-    soft-caps, ALiBi slopes (decoder/mask_check.py)."""
+    soft-caps, ALiBi slopes (decoder/mask_check.py), attention sinks (passes/fuse/attention_sinks.py)."""
     layers = [s.get("attrs") or {} for s in program if (s.get("domain"), s["op"]) == ("infc", "PagedAttention")]
     options = {"sliding_windows": sorted({a["window"] for a in layers if a.get("window")}),
                "softcaps": sorted({a["softcap"] for a in layers if a.get("softcap")}),
-               "alibi_slopes": next((a["alibi_slopes"] for a in layers if a.get("alibi_slopes")), None)}
+               "alibi_slopes": next((a["alibi_slopes"] for a in layers if a.get("alibi_slopes")), None),
+               "sink_layers": sum(1 for a in layers if a.get("sinks"))}  # gpt-oss: a logit per head in each softmax
     return {k: v for k, v in options.items() if v}
 
 
@@ -207,7 +208,8 @@ def print_plan_report(report: dict, console: Console) -> None:
                      if "sliding_windows" in attention else "",
                      f"soft-cap {', '.join(f'{c:g}' for c in attention['softcaps'])}" if "softcaps" in attention else "",
                      "ALiBi position bias, slopes " + ", ".join(f"{x:.3g}" for x in attention["alibi_slopes"])
-                     if "alibi_slopes" in attention else ""]
+                     if "alibi_slopes" in attention else "",
+                     f"attention sinks on {attention['sink_layers']} layers" if "sink_layers" in attention else ""]
             console.print("  paged attention: " + "; ".join(p for p in parts if p))
         decode, kv = decoder.get("decode") or {}, decoder.get("kv_cache") or {}
         if kv:

@@ -4,8 +4,9 @@
     pip install torch transformers onnxscript          # optional deps: this script only
     python scripts/export_hf_decoders.py [--models qwen2,llama] [--exporters ts,dynamo,optimum] [--out DIR]
 
-Each architecture (CONFIGS: 36 of them, Llama to Gemma 2, Falcon, OPT, GPT-J, the ALiBi of Bloom and MPT) is its transformers class built from a small config (2 layers, hidden 64, vocab 256; no
-download), with seeded random weights, exported by:
+Each architecture (CONFIGS: Llama to Gemma 2, Falcon, OPT, GPT-J, the ALiBi of Bloom and MPT; then transformers 5.24's
+newer families: gpt-oss's sinks, DeepSeek's latent attention, MoE routing forms, and recurrent hybrids infc must refuse)
+is its transformers class built from a small config (2 layers, hidden 64, vocab 256; no download), with seeded random weights, exported by:
 
   ts       torch.onnx.export (TorchScript exporter, opset 17) of a wrapper taking the past key/values
            as flat inputs past_key_values.{i}.key/value and returning present.{i}.key/value
@@ -20,7 +21,10 @@ download), with seeded random weights, exported by:
 
 With --attn eager the models use transformers' eager attention instead of SDPA (folder suffix _eager);
 classes without SDPA (Gemma 2: its soft-cap) always export eager. Written for transformers 5
-(`rope_parameters`; the MoE configs need transformers 4.x); some combinations do not export (cohere ts, mpt dynamo, falcon dynamo23).
+(`rope_parameters`; MoE experts export through experts_implementation="batched_mm"); some combinations do not
+export (cohere ts, mpt dynamo, falcon dynamo23; with transformers 5.24: glm/glm4/cohere2/ernie4_5/helium ts ("All tensors
+must have the same rank"), llama4 and deepseek_v2 either way (complex rotary: aten::polar), apertus ts (expm1),
+jetmoe/dbrx ts, gemma4, qwen3_5/qwen3_next (linalg_solve_triangular); recurrent models only as ts_nocache).
 Writes DIR/{arch}_{exporter}/model.onnx (default DIR build/hf_decoders/, git-ignored) and checks each
 export in onnxruntime against transformers on a prompt and one decode step with its past.
 """
@@ -120,6 +124,109 @@ CONFIGS = {
     "mixtral": ("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2, "tie_word_embeddings": False}, ()),
     "qwen2_moe": ("qwen2_moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
                                 "shared_expert_intermediate_size": 64, "tie_word_embeddings": False}, ()),
+    # --- newer families (transformers 5.24; sweep-newdec). MoE experts export through
+    # experts_implementation="batched_mm" (each token's top-k expert weights gathered, then batched MMs).
+    "qwen3_moe": ("qwen3_moe", {"head_dim": 16, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                                "norm_topk_prob": True}, ()),
+    "olmoe": ("olmoe", {"num_experts": 4, "num_experts_per_tok": 2, "clip_qkv": 8.0}, ()),
+    "granitemoe": ("granitemoe", {"num_local_experts": 4, "num_experts_per_tok": 2, "embedding_multiplier": 12.0,
+                                  "attention_multiplier": 0.2, "residual_multiplier": 0.22, "logits_scaling": 8.0}, ()),
+    "granitemoeshared": ("granitemoeshared", {"num_local_experts": 4, "num_experts_per_tok": 2,
+                                              "shared_intermediate_size": 64}, ()),
+    "phimoe": ("phimoe", {"num_local_experts": 4, "num_experts_per_tok": 2}, ()),
+    "jetmoe": ("jetmoe", {"num_local_experts": 4, "num_experts_per_tok": 2, "kv_channels": 16}, ()),
+    "dbrx": ("dbrx", {"d_model": 64, "n_heads": 4, "n_layers": 2, "max_seq_len": 512,
+                      "attn_config": {"kv_n_heads": 2, "clip_qkv": 8.0, "rope_theta": 10000.0},
+                      "ffn_config": {"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2}}, GPT2_NAMES),
+    "glm4_moe": ("glm4_moe", {"head_dim": 16, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                              "moe_intermediate_size": 64, "first_k_dense_replace": 1, "use_qk_norm": True}, ()),
+    # MoE every layer, chunked local attention (chunk beyond max_model_len here), NoPE every other
+    # layer with query temperature tuning by position, q/k L2 norms
+    "llama4": ("llama4_text", {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 1, "intermediate_size": 64,
+                               "intermediate_size_mlp": 128, "no_rope_layer_interval": 2, "floor_scale": 16,
+                               "attention_chunk_size": 8192}, ()),
+    "llama4_chunked": ("llama4_text", {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 1,
+                                       "intermediate_size": 64, "intermediate_size_mlp": 128,
+                                       "no_rope_layer_interval": 2, "attention_chunk_size": 32}, ()),
+    # attention sinks (a learned logit per head in the softmax), biased q/k/v/o, clamped SwiGLU experts,
+    # every other layer a sliding window, yarn rope
+    "gpt_oss": ("gpt_oss", {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 64,
+                            "sliding_window": 4096}, ()),
+    "gpt_oss_window": ("gpt_oss", {"head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                   "intermediate_size": 64, "sliding_window": 24}, ()),
+    # multi-head latent attention: q and kv through low-rank projections, rope on a slice of each head
+    # (K head 24 = 16 + 8, V head 16), grouped top-k MoE routing after one dense layer
+    "deepseek_v3": ("deepseek_v3", {"kv_lora_rank": 32, "q_lora_rank": 48, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16,
+                                    "v_head_dim": 16, "head_dim": 8, "num_key_value_heads": 4, "n_routed_experts": 4,
+                                    "n_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1,
+                                    "first_k_dense_replace": 1, "moe_intermediate_size": 64}, ()),
+    "deepseek_v2": ("deepseek_v2", {"kv_lora_rank": 32, "q_lora_rank": None, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16,
+                                    "v_head_dim": 16, "head_dim": 8, "num_key_value_heads": 4, "n_routed_experts": 4,
+                                    "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+                                    "moe_intermediate_size": 64, "n_group": 1, "topk_group": 1}, ()),
+    "minicpm3": ("minicpm3", {"kv_lora_rank": 32, "q_lora_rank": 48, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16,
+                              "v_head_dim": 16, "head_dim": 8, "num_key_value_heads": 4, "scale_emb": 12,
+                              "dim_model_base": 32, "scale_depth": 1.4}, ()),
+    "glm4": ("glm4", {"head_dim": 16}, ()),  # interleaved half rotary, post-attention / post-MLP norms
+    "glm": ("glm", {"head_dim": 16}, ()),
+    "ministral": ("ministral", {"sliding_window": 4096, "head_dim": 16}, ()),
+    "ministral3": ("ministral3", {"head_dim": 16}, ()),
+    "olmo3": ("olmo3", {"sliding_window": 24}, ()),  # sliding layers and full ones, q/k norms over all heads
+    "exaone4": ("exaone4", {"sliding_window": 24, "sliding_window_pattern": 2}, ()),  # NoPE global layers
+    "cohere2": ("cohere2", {"head_dim": 16, "sliding_window": 24, "logit_scale": 0.25}, ()),
+    "ernie4_5": ("ernie4_5", {"head_dim": 16}, ()),
+    "hunyuan_v1_dense": ("hunyuan_v1_dense", {"head_dim": 16}, ()),
+    "seed_oss": ("seed_oss", {"head_dim": 16}, ()),
+    "helium": ("helium", {"head_dim": 16}, ()),
+    "internlm3": ("internlm3", {"head_dim": 16}, ()),
+    "arcee": ("arcee", {"head_dim": 16}, ()),  # ReLU^2 MLP without a gate
+    "apertus": ("apertus", {"head_dim": 16}, ()),  # xIELU activation, q/k norms
+    "bitnet": ("bitnet", {"head_dim": 16}, ()),  # sub-norms inside attention and MLP, relu^2
+    "vaultgemma": ("vaultgemma", {"head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 4096}, ()),
+    "gemma3n": ("gemma3n_text", {"head_dim": 16, "num_hidden_layers": 4, "vocab_size_per_layer_input": 256,
+                                 "hidden_size_per_layer_input": 16, "laurel_rank": 8, "num_kv_shared_layers": 2,
+                                 "sliding_window": 4096, "altup_num_inputs": 2,
+                                 "layer_types": ["sliding_attention", "full_attention"] * 2,
+                                 "activation_sparsity_pattern": [0.95, 0.0, 0.0, 0.0]}, ()),
+    "gemma4": ("gemma4_text", {"head_dim": 16, "num_hidden_layers": 4, "vocab_size_per_layer_input": 256,
+                               "hidden_size_per_layer_input": 16, "sliding_window": 4096,
+                               "layer_types": ["sliding_attention", "full_attention"] * 2}, ()),
+    # full-attention layers with the sliding ones' head size (Gemma 4's are 512 wide against 256)
+    "gemma4_uniform": ("gemma4_text", {"head_dim": 16, "global_head_dim": 16, "num_hidden_layers": 4,
+                                       "vocab_size_per_layer_input": 256, "hidden_size_per_layer_input": 16,
+                                       "sliding_window": 4096, "layer_types": ["sliding_attention", "full_attention"] * 2}, ()),
+    # recurrent state beside (or instead of) the KV cache: infc must refuse these by name
+    "qwen3_5": ("qwen3_5_text", {"head_dim": 16, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+                                 "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                                 "layer_types": ["linear_attention", "full_attention"]}, ()),
+    "qwen3_next": ("qwen3_next", {"head_dim": 16, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+                                  "linear_num_key_heads": 2, "linear_num_value_heads": 4, "num_experts": 4,
+                                  "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                                  "shared_expert_intermediate_size": 64,
+                                  "layer_types": ["linear_attention", "full_attention"]}, ()),
+    "lfm2": ("lfm2", {"full_attn_idxs": [1], "block_auto_adjust_ff_dim": False}, ()),  # short convolutions
+    "mamba": ("mamba", {"state_size": 8, "expand": 2, "conv_kernel": 4}, ("num_attention_heads", "num_key_value_heads")),
+    "mamba2": ("mamba2", {"state_size": 8, "head_dim": 16, "num_heads": 8, "n_groups": 1, "expand": 2}, ()),
+    "falcon_h1": ("falcon_h1", {"head_dim": 16, "mamba_d_state": 8, "mamba_n_heads": 8, "mamba_d_head": 16,
+                                "mamba_n_groups": 1, "mamba_d_ssm": 128}, ()),
+    "bamba": ("bamba", {"mamba_d_state": 8, "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 1,
+                        "attn_layer_indices": [1]}, ()),
+    "jamba": ("jamba", {"mamba_d_state": 8, "num_experts": 4, "num_experts_per_tok": 2, "attn_layer_period": 2,
+                        "attn_layer_offset": 1, "expert_layer_period": 2, "expert_layer_offset": 1,
+                        "use_mamba_kernels": False}, ()),
+    "granitemoehybrid": ("granitemoehybrid", {"num_local_experts": 4, "num_experts_per_tok": 2, "mamba_d_state": 8,
+                                              "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 1,
+                                              "layer_types": ["mamba", "attention"]}, ()),
+    "zamba2": ("zamba2", {"mamba_d_state": 8, "mamba_headdim": 16, "n_mamba_heads": 8, "num_mem_blocks": 1,
+                          "hybrid_layer_ids": [1], "layers_block_type": ["mamba", "hybrid"]}, ()),
+    "rwkv": ("rwkv", {"attention_hidden_size": 64, "context_length": 512}, ("num_attention_heads", "num_key_value_heads")),
+    "recurrent_gemma": ("recurrent_gemma", {"head_dim": 16, "lru_width": 64, "attention_window_size": 32,
+                                            "block_types": ["recurrent", "attention"]}, ()),
+    "xlstm": ("xlstm", {"num_heads": 4, "embedding_dim": 64, "num_blocks": 2, "hidden_size": 64}, ()),
+    "kimi_linear": ("kimi_linear", {"qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16, "linear_head_dim": 16,
+                                    "linear_num_heads": 4, "kv_lora_rank": 32, "num_experts": 4, "num_experts_per_token": 2,
+                                    "moe_intermediate_size": 64, "layer_types": ["linear_attention", "full_attention"],
+                                    "mlp_layer_types": ["dense", "sparse"]}, ()),
 }
 CHECK_TOL = 1e-4
 CHECK_TOL_HALF = 2e-2  # a float16 export against the float16 model: half-precision roundings apart
@@ -132,7 +239,10 @@ def make_model(arch: str, attn: str = "sdpa", **overrides) -> nn.Module:
     torch.manual_seed(sum(map(ord, arch)))
     if not MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]._supports_sdpa:  # gemma2: eager (its softcap) only
         attn = "eager"
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=attn).eval()
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    # transformers 5's default experts (grouped MMs, histc) do not export; batched MMs do
+    experts = {"experts_implementation": "batched_mm"} if model_class._can_set_experts_implementation() else {}
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=attn, **experts).eval()
     with torch.no_grad():  # weights large enough that greedy tokens are decisive, norms not all ones
         for name, p in model.named_parameters():
             is_norm = "norm" in name or "ln_" in name
@@ -140,14 +250,27 @@ def make_model(arch: str, attn: str = "sdpa", **overrides) -> nn.Module:
     return model
 
 
-def kv_shape(model) -> tuple[int, int, int]:
-    """(layers, KV heads, head size), read off the cache of a one-token run: configs name them
-    differently (num_key_value_heads, num_kv_heads + multi_query, n_head, head_dim or not)."""
+def kv_shape(model) -> tuple[int, int, int, int]:
+    """(layers, KV heads, key head size, value head size), read off the cache of a one-token run: configs
+    name them differently (num_key_value_heads, num_kv_heads + multi_query, n_head, head_dim or not);
+    multi-head latent attention (DeepSeek, MiniCPM3) caches keys wider than values."""
     with torch.no_grad():
         cache = model(torch.tensor([[1]]), use_cache=True).past_key_values
-    keys = [layer.keys for layer in cache.layers] if hasattr(cache, "layers") else \
-        [layer[0] for layer in cache] if isinstance(cache, tuple) else list(cache.key_cache)  # transformers 4: tuples
-    return len(keys), keys[0].shape[1], keys[0].shape[3]
+    pairs = [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else \
+        [layer[:2] for layer in cache] if isinstance(cache, tuple) else \
+        list(zip(cache.key_cache, cache.value_cache))  # transformers 4: tuples
+    return len(pairs), pairs[0][0].shape[1], pairs[0][0].shape[3], pairs[0][1].shape[3]
+
+
+def past_dims(model) -> dict[str, tuple[int, int]]:
+    """(heads, width) of each past input, read off the cache of a one-token run: layers may differ
+    (Gemma 4's full-attention layers have wider heads than its sliding ones)."""
+    with torch.no_grad():
+        cache = model(torch.tensor([[1]]), use_cache=True).past_key_values
+    pairs = [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else \
+        [layer[:2] for layer in cache] if isinstance(cache, tuple) else list(zip(cache.key_cache, cache.value_cache))
+    past, _ = kv_names(len(pairs))
+    return {name: (t.shape[1], t.shape[3]) for name, t in zip(past, [t for kv in pairs for t in kv])}
 
 
 def kv_names(num_layers: int) -> tuple[list[str], list[str]]:
@@ -177,11 +300,12 @@ class FlatPast(nn.Module):
 
 
 def export_torch(model, path: Path, dynamo: bool, opset: int | None = None) -> None:
-    num_layers, kv_heads, head_dim = kv_shape(model)
+    num_layers, kv_heads, head_dim, value_dim = kv_shape(model)
     past, present = kv_names(num_layers)
+    dims = past_dims(model)
     dtype = next(model.parameters()).dtype  # a half model's past is half too
     args = (torch.tensor([[5, 6]]), torch.ones(1, 5, dtype=torch.int64), torch.tensor([[3, 4]]),
-            *[torch.randn(1, kv_heads, 3, head_dim).to(dtype) for _ in past])
+            *[torch.randn(1, dims[n][0], 3, dims[n][1]).to(dtype) for n in past])
     axes = {"input_ids": {0: "batch_size", 1: "sequence_length"}, "position_ids": {0: "batch_size", 1: "sequence_length"},
             "attention_mask": {0: "batch_size", 1: "total_sequence_length"}, "logits": {0: "batch_size", 1: "sequence_length"},
             **{n: {0: "batch_size", 2: "past_sequence_length"} for n in past},
@@ -255,14 +379,16 @@ def export_optimum_merged(model, path: Path) -> None:
 def check(model, path: Path) -> float:
     """onnxruntime on the export against transformers: a 7-token prompt, then one token with its past."""
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    num_layers, kv_heads, head_dim = kv_shape(model)
     names = {i.name for i in session.get_inputs()}
+    # an export without a KV cache needs no cache shapes (recurrent models have none to read)
+    num_layers, kv_heads, head_dim, value_dim = kv_shape(model) if "past_key_values.0.key" in names else (0, 0, 0, 0)
     past, present = kv_names(num_layers)
     ids = torch.tensor([[1, 17, 33, 200, 9, 4, 77, 150]]) % model.config.vocab_size
     with torch.no_grad():
         want = model(ids).logits.float().numpy()
     half = next(model.parameters()).dtype == torch.float16
-    feeds = {n: np.zeros((1, kv_heads, 0, head_dim), np.float16 if half else np.float32) for n in past}
+    dims = past_dims(model) if past else {}
+    feeds = {n: np.zeros((1, dims[n][0], 0, dims[n][1]), np.float16 if half else np.float32) for n in past}
     feeds.update(input_ids=ids[:, :7].numpy(), attention_mask=np.ones((1, 7), np.int64), position_ids=np.arange(7)[None])
     outputs = [o.name for o in session.get_outputs()]
     if "past_key_values.0.key" not in names:  # no KV cache: the whole sequence at once

@@ -16,7 +16,8 @@ import onnx_graphsurgeon as gs
 from ..errors import BadInput
 from ..graph import NameGen
 from .past_length import LengthRead, check_past_length
-from .sites import Site
+from .latent_kv import clone_onto_new_tokens
+from .sites import Site, past_shape
 
 DOMAIN = "infc"
 SLOT_MAPPING, BLOCK_TABLES = "infc.slot_mapping", "infc.block_tables"
@@ -44,13 +45,14 @@ def canonicalize(graph: gs.Graph, sites: list[Site], block_size: int, logits_nam
                    gs.Variable(QUERY_START_LOC, np.int32, ["num_seqs_plus_1"]),
                    gs.Variable(CONTEXT_LENS, np.int32, ["num_seqs"])]
     pools, past, present = [], set(), set()
+    pool_dim = max(site.head_dim for site in sites)  # one head size in every layer's pools (_replace pads)
     for layer, site in enumerate(sites):
-        layer_pools = [gs.Variable(pool_name(layer, w), np.float32, ["num_blocks", site.kv_num_heads, block_size, site.head_dim])
+        layer_pools = [gs.Variable(pool_name(layer, w), np.float32, ["num_blocks", site.kv_num_heads, block_size, pool_dim])
                        for w in ("key", "value")]
         pools += layer_pools
         past.update(id(t) for t in site.past)
         present.update(id(t) for t in site.present)
-        _replace(graph, site, layer, layer_pools + meta_inputs, names)
+        _replace(graph, site, layer, layer_pools + meta_inputs, names, pool_dim)
     graph.outputs = [t for t in graph.outputs if id(t) not in present]
     graph.cleanup(remove_unused_graph_inputs=False)
     past_lengths = _drop_past_reads(graph, past, sites[0])
@@ -71,26 +73,48 @@ def canonicalize(graph: gs.Graph, sites: list[Site], block_size: int, logits_nam
     return {"gathers_logits": gathers_logits, "inputs": inputs}
 
 
-def _replace(graph: gs.Graph, site: Site, layer: int, extra: list[gs.Tensor], names: NameGen) -> None:
-    """extra: the layer's K and V pools, then the step metadata inputs."""
+def _pad_last(graph: gs.Graph, names: NameGen, t: gs.Tensor, rank: int, width: int) -> gs.Tensor:
+    """`t` with `width` zeros appended to its last axis (none: `t`)."""
+    return t if width <= 0 else _node(graph, names, "Pad", [t, _const(names, [0] * (2 * rank - 1) + [width])])
+
+
+def _replace(graph: gs.Graph, site: Site, layer: int, extra: list[gs.Tensor], names: NameGen, pool_dim: int) -> None:
+    """extra: the layer's K and V pools, then the step metadata inputs. The pools hold heads of
+    `pool_dim` (the widest layer's keys): narrower queries and keys are padded with zeros (their
+    scores stay the same: the scale is the layer's own), narrower values too, and the context is
+    sliced back to the layer's value heads (DeepSeek's MLA; Gemma 4's sliding layers)."""
     node, y = site.node, site.node.outputs[0]
-    n, h = site.num_heads, site.head_dim
+    n, h, hv = site.num_heads, site.head_dim, site.value_dim or site.head_dim
+    is_padded = hv < pool_dim or h < pool_dim
     q = site.q
     if site.q_is_4d:  # ONNX Attention with q as (B, N, S, H): PagedAttention takes (B, S, N*H)
         q = _node(graph, names, "Transpose", [q], perm=[0, 2, 1, 3])
-        q = _node(graph, names, "Reshape", [q, _const(names, [0, 0, n * h])])
-    out = gs.Variable(names("paged_attention"), np.float32, None) if site.q_is_4d else y
+    elif h < pool_dim:
+        q = _node(graph, names, "Reshape", [q, _const(names, [0, 0, n, h])])
+    if site.q_is_4d or h < pool_dim:
+        q = _node(graph, names, "Reshape", [_pad_last(graph, names, q, 4, pool_dim - h), _const(names, [0, 0, n * pool_dim])])
+    k_new, v_new = site.k_new, site.v_new
+    if site.latent is not None:  # MLA: the keys and values of the new tokens alone (latent_kv.py)
+        k_new, v_new = clone_onto_new_tokens(graph, site.latent, [site.k_new, site.v_new])
+    k_new, v_new = _pad_last(graph, names, k_new, 4, pool_dim - h), _pad_last(graph, names, v_new, 4, pool_dim - hv)
+    out = gs.Variable(names("paged_attention"), np.float32, None) if site.q_is_4d or is_padded else y
     node.outputs = []
     node.inputs = []
     graph.nodes.append(gs.Node("PagedAttention", names(f"paged_attention_{layer}"), domain=DOMAIN,
                                attrs={"num_heads": n, "kv_num_heads": site.kv_num_heads, "scale": site.scale, "layer": layer,
                                       **({"softcap": site.softcap} if site.softcap else {}),
                                       **({"window": site.window} if site.window else {}),
-                                      **({"alibi_slopes": list(site.alibi_slopes)} if site.alibi_slopes else {})},
-                               inputs=[q, site.k_new, site.v_new, *extra], outputs=[out]))
+                                      **({"alibi_slopes": list(site.alibi_slopes)} if site.alibi_slopes else {}),
+                                      **({"sinks": list(site.sinks)} if site.sinks else {})},
+                               inputs=[q, k_new, v_new, *extra], outputs=[out]))
+    if site.q_is_4d or is_padded:  # (1, T, N*P) -> (1, T, N, P) [-> the first hv of each head]
+        out = _node(graph, names, "Reshape", [out, _const(names, [0, 0, n, pool_dim])])
+    if hv < pool_dim:
+        out = _node(graph, names, "Slice", [out, _const(names, [0]), _const(names, [hv]), _const(names, [3])])
     if site.q_is_4d:
-        out = _node(graph, names, "Reshape", [out, _const(names, [0, 0, n, h])])
         graph.nodes.append(gs.Node("Transpose", names("transpose"), attrs={"perm": [0, 2, 1, 3]}, inputs=[out], outputs=[y]))
+    elif is_padded:
+        graph.nodes.append(gs.Node("Reshape", names("reshape"), inputs=[out, _const(names, [0, 0, n * hv])], outputs=[y]))
 
 
 def _node(graph: gs.Graph, names: NameGen, op: str, inputs: list, **attrs) -> gs.Tensor:
@@ -107,8 +131,9 @@ def _drop_past_reads(graph: gs.Graph, past: set[int], site: Site) -> list[Length
     """Exporters read shapes off the past inputs (dynamo: the batch size, and the past length in its
     shape arithmetic). The paged graph is the model run on an empty past: [1, kvN, 0, H]. Returns
     the reads that include the past length (now constants)."""
-    static, lengths = [1, site.kv_num_heads, 0, site.head_dim], []
+    lengths = []
     for tensor in [t for t in graph.inputs if id(t) in past]:
+        static = past_shape(tensor, site, 0)
         for consumer in list(tensor.outputs):
             if consumer.op != "Shape":
                 raise BadInput(f"not a recognized decoder: '{consumer.name}' ({consumer.op}) reads the past KV "

@@ -22,7 +22,7 @@ from ..errors import BadInput, InfcError
 from ..lower import lower_graph
 from ..runtime.executor import Executor
 from ..runtime.kernels import has_kernel
-from .sites import Site
+from .sites import Site, past_shape
 
 MASKED = -1e30  # an additive entry at or below this absorbs any real score (as in the attention fusion)
 
@@ -158,7 +158,7 @@ def probe_feed(t: gs.Tensor, num_past: int, num_new: int, site: Site | None = No
     (`site`: its zero past K/V)."""
     dtype = np.dtype(t.dtype or np.int64)
     if site is not None:
-        return np.zeros((1, site.kv_num_heads, num_past, site.head_dim), dtype)
+        return np.zeros(past_shape(t, site, num_past), dtype)
     if t.name == "input_ids":
         return np.zeros((1, num_new), dtype)
     if t.name == "position_ids":

@@ -1,6 +1,6 @@
 """The optimizer pipeline of a decoder build: the standard one, with attention fusion extended by
 rules whose output only a paged graph may hold (passes/fuse/attention.py PAGED_RULES: soft-capped
-attention as the ONNX Attention op below opset 23). canonicalize.py replaces every attention with
+attention as the ONNX Attention op below opset 23; attention_sinks.py: gpt-oss's sinks). canonicalize.py replaces every attention with
 infc.PagedAttention before anything runs the graph, so no opset 23 op outlives the build."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..passes.engine import RewritePass
-from ..passes.fuse import attention
+from ..passes.fuse import attention, attention_sinks
 from ..passes.pipeline import PIPELINE, Phase
 
 ATTENTION_PASS = "fuse_attention"
@@ -17,7 +17,7 @@ ATTENTION_PASS = "fuse_attention"
 def _paged(step):
     if step.pass_.name != ATTENTION_PASS:
         return step
-    rules = step.pass_.rules + attention.PAGED_RULES  # tried after the standard ones
+    rules = step.pass_.rules + attention.PAGED_RULES + attention_sinks.PAGED_RULES  # tried after the standard ones
     return dataclasses.replace(step, pass_=RewritePass(ATTENTION_PASS, rules))
 
 

@@ -201,14 +201,15 @@ def _is_present(tensor, sites) -> bool:
 
 
 def _spec(sites, profile: Profile, model: onnx.ModelProto, outputs: list) -> dict:
-    shapes = {(s.num_heads, s.kv_num_heads, s.head_dim) for s in sites}
+    # head sizes may differ by layer (Gemma 4): the pools hold the widest, narrower heads padded (canonicalize.py)
+    shapes = {(s.num_heads, s.kv_num_heads) for s in sites}
     if len(shapes) != 1:
-        raise BadInput(f"not a recognized decoder: layers differ in head counts or sizes {sorted(shapes)}")
+        raise BadInput(f"not a recognized decoder: layers differ in head counts {sorted(shapes)}")
     if len(outputs) != 1:
         raise BadInput(f"not a recognized decoder: expected one output besides the present KV, got {[t.name for t in outputs]}")
     if "max_model_len" not in profile.decode:
         raise BadInput(f"{profile.source}: decode.max_model_len: required for a decoder plan")
-    num_heads, kv_heads, head_dim = shapes.pop()
+    (num_heads, kv_heads), head_dim = shapes.pop(), max(s.head_dim for s in sites)
     vocab = outputs[0].shape[-1] if outputs[0].shape else None
     props = {p.key: p.value for p in model.metadata_props}
     eos = props.get("eos_token_ids", props.get("eos_token_id", "[]"))
@@ -253,8 +254,10 @@ def _smoke_run(program, decoder: dict) -> None:
     if not diff <= CHUNK_RTOL * max(1.0, float(np.abs(whole).max())):
         raise BadInput(f"not a recognized decoder: a token decoded after its cached prompt gets logits {diff:.3g} away "
                        "from the same token prefilled with the prompt: the graph derives token positions from the "
-                       "step's tokens (export it with a position_ids input), or computes with all the step's tokens "
-                       "together (a statistic over every row, as a quantization scale)")
+                       "step's tokens (export it with a position_ids input), computes with all the step's tokens "
+                       "together (a statistic over every row, as a quantization scale), or carries a state along the "
+                       "sequence that the paged KV cache does not hold (recurrent, state-space, linear-attention or "
+                       "short-convolution layers: Mamba, RWKV, RecurrentGemma, LFM2, Qwen3-Next)")
 
 
 def _brief(decoder: dict) -> dict:

@@ -17,6 +17,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from ..errors import BadInput
+from .latent_kv import LatentCache, find_latent_caches
 
 NOT_RECOGNIZED = "not a recognized decoder"
 ATTENTION_OPS = {("com.microsoft", "MultiHeadAttention"), ("", "Attention")}
@@ -39,6 +40,9 @@ class Site:
     softcap: float = 0.0  # scores -> softcap * tanh(scores / softcap) before the mask, when > 0
     window: int = 0  # a sliding window: each query sees its last `window` keys (mask_check.py finds it)
     alibi_slopes: tuple[float, ...] | None = None  # per query head: + slope * (key - query position)
+    sinks: tuple[float, ...] | None = None  # per query head: a logit that joins each row's softmax (gpt-oss)
+    value_dim: int = 0  # the value head size where it differs from the key's (latent_kv.py: DeepSeek's MLA)
+    latent: LatentCache | None = None  # K/V computed from cached latents: k_new/v_new are the whole K/V
 
     @property
     def q_is_4d(self) -> bool:
@@ -88,7 +92,8 @@ def _num_heads(q: gs.Tensor, key: gs.Tensor, out: gs.Tensor, head_dim: int | Non
     return hidden // head_dim if hidden and head_dim and hidden % head_dim == 0 else None
 
 
-def site_of(node: gs.Node, graph_inputs: set[int]) -> tuple[Site | None, str | None]:
+def site_of(node: gs.Node, graph_inputs: set[int], latent: LatentCache | None = None) -> tuple[Site | None, str | None]:
+    """`latent`: latent_kv.py's finding that the attention's K/V are computed from cached latents."""
     inputs = [None if t.is_empty() else t for t in node.inputs] + [None] * 8
     if node.op == "MultiHeadAttention" and any(inputs[i] is not None for i in (3, 4, 6, 7)):
         return None, "MultiHeadAttention has a QKV bias, key padding or past inputs"
@@ -110,16 +115,37 @@ def site_of(node: gs.Node, graph_inputs: set[int]) -> tuple[Site | None, str | N
         k_new, v_new = k_source.inputs[1], v_source.inputs[1]
     else:  # no KV cache: attention over the step's own tokens, which paging extends to the cached ones
         past, present, k_new, v_new = (), (), k_source, v_source
-    shape = list((past[0] if past else k_new).shape or [])
+    if latent is not None:
+        past, present = latent.past, latent.present
+    shape = list((past[0] if past and latent is None else k_new).shape or [])
     kv_heads, head_dim = (_static(shape[1]), _static(shape[3])) if len(shape) == 4 else (None, None)
+    v_shape = list((past[1] if past and latent is None else v_new).shape or [])
+    value_dim = (_static(v_shape[3]) if len(v_shape) == 4 else None) or head_dim  # unknown: the key's, as always
+    if value_dim and head_dim and value_dim > head_dim:  # the pools hold one head size: a narrower value is padded to the key's
+        return None, f"value heads ({value_dim}) are wider than key heads ({head_dim})"
     q = inputs[0]
     num_heads = node.attrs.get("num_heads") or node.attrs.get("q_num_heads") or _num_heads(q, inputs[1], node.outputs[0], head_dim)
     if not (kv_heads and head_dim and num_heads) or num_heads % kv_heads:
         return None, "head counts or head size are not static"
     scale = node.attrs.get("scale") or 1.0 / np.sqrt(head_dim)
     bias = inputs[5] if node.op == "MultiHeadAttention" else inputs[3]
-    site = Site(node, q, k_new, v_new, past, present, int(num_heads), kv_heads, head_dim, float(scale), bias, softcap)
+    sinks = tuple(float(x) for x in node.attrs["sinks"]) if node.attrs.get("sinks") else None  # attention_sinks.py
+    if sinks is not None and len(sinks) != num_heads:
+        return None, "attention sinks are not one per query head"
+    site = Site(node, q, k_new, v_new, past, present, int(num_heads), kv_heads, head_dim, float(scale), bias, softcap,
+                sinks=sinks, value_dim=value_dim if value_dim != head_dim else 0, latent=latent)
     return site, None
+
+
+def past_shape(t: gs.Tensor, site: Site, num_past: int) -> list[int]:
+    """A past-KV input's shape with `num_past` positions: its own static dims where it has them (a
+    latent cache's differ from the attention's heads), else the site's."""
+    shape = list(t.shape) if t.shape is not None and len(t.shape) == 4 else [None] * 4
+    return [1, _static(shape[1]) or site.kv_num_heads, num_past, _static(shape[3]) or site.head_dim]
+
+
+def _reads_past_concats(node: gs.Node, graph_inputs: set[int]) -> bool:
+    return all(isinstance(_kv_source(t, graph_inputs)[0], gs.Node) for t in node.inputs[1:3])
 
 
 SCORE_PRODUCTS = {"MatMul", "FusedMatMul", "Gemm", "Einsum"}
@@ -158,13 +184,19 @@ def find_sites(graph: gs.Graph, fusion_rejections: dict[str, int]) -> list[Site]
         scores = unfused_scores(graph)
         hint = (f"; {scores}, where infc pages MatMul -> scale -> [soft-cap] -> [mask] -> Softmax on 4-D (B, N, S, T) "
                 "scores (with an ALiBi position bias in the mask or not)") if scores else ""
+        if not any(n.op == "Softmax" for n in graph.nodes):  # nothing to page: a state carried token to token
+            raise BadInput("not a recognized decoder: no attention node fused: the model has no Softmax at all (not "
+                           "a transformer; a recurrent or state-space decoder as Mamba, RWKV or xLSTM carries a state "
+                           "from token to token, which a paged KV cache of attention keys and values cannot hold)")
         raise BadInput(f"not a recognized decoder: no attention node fused: {reasons}{hint}")
     above = _inputs_above(graph)
     for node in nodes:
         _refuse_cross_attention(node, above)
+    # MLA: K/V computed from cached latents are recomputed from the new tokens' (latent_kv.py)
+    latent = find_latent_caches(graph, nodes, lambda node: _reads_past_concats(node, graph_inputs))
     sites = []
     for node in nodes:
-        site, reason = site_of(node, graph_inputs)
+        site, reason = site_of(node, graph_inputs, latent.get(id(node)))
         if site is None:
             raise BadInput(f"not a recognized decoder: attention '{node.name}': {reason}")
         sites.append(site)

@@ -26,6 +26,10 @@ with its past-KV loop; masks paged attention cannot express (ALiBi) fail the bui
                        past + new length, then read at position_ids
     llama_ts_nocache  exported without a KV cache (logits of the whole sequence): paged all the same,
                        against onnxruntime on the whole sequence every step
+    gpt_oss_window_ts  gpt-oss (transformers 5.24): attention sinks (Concat of a logit per head, peak
+                       shift, Softmax, the sink column sliced off), a 24-key window on every other
+                       layer, top-2 of 4 experts through batched MMs
+    gemma4_ts          Gemma 4: heads 64 wide in full-attention layers, 16 in sliding ones; per-layer inputs
 and refusals that name their reason.
 """
 
@@ -45,7 +49,7 @@ from .conftest import PROFILES, assert_greedy_matches_ort, build_plan, ort_greed
 
 HF = FIXTURES / "hf"
 HF_DECODERS = ("qwen2_optimum", "phi3_dynamo", "gpt2_ts", "gemma2_ts", "falcon_dynamo", "qwen3_dynamo", "gpt_neox_ts",
-               "gptj_ts", "opt_ts", "granite_dynamo", "mixtral_ts", "llama_ts_nocache")
+               "gptj_ts", "opt_ts", "granite_dynamo", "mixtral_ts", "llama_ts_nocache", "gpt_oss_window_ts")
 NUM_REQUESTS, NUM_TOKENS = 4, 32
 
 
@@ -114,6 +118,36 @@ def test_a_float16_export_is_served_as_its_float32_counterpart(profile, tmp_path
         ref, _ = ort_greedy(source, prompt, NUM_TOKENS)
         agree += next((i for i, (a, b) in enumerate(zip(ref, ours)) if a != b), NUM_TOKENS)
     assert agree >= 0.9 * NUM_REQUESTS * NUM_TOKENS, f"{agree} greedy tokens agree with the float16 export"
+
+
+def test_attention_sinks_are_paged_with_their_logits(profile, tmp_path):
+    """gpt-oss's sinks fuse into the paged attention (attention_sinks.py) with the model's own values,
+    beside the sliding window, and hold through chunked prefills past the window."""
+    source = HF / "gpt_oss_window_ts.onnx"
+    plan = build_plan(source, profile, tmp_path)
+    paged = [s["attrs"] for s in read_plan(plan).meta["program"] if s["op"] == "PagedAttention"]
+    sinks = [init for init in onnx.load(source).graph.initializer if list(init.dims) == [1, 4, 1, 1]]  # reshaped per head
+    assert len(paged) == 2 and all(len(a["sinks"]) == 4 for a in paged)
+    assert [a.get("window") for a in paged] == [24, None]  # gpt-oss: sliding layers first
+    assert any(np.allclose(onnx.numpy_helper.to_array(t).reshape(-1), paged[0]["sinks"]) for t in sinks)
+    assert plan_report(plan)["decoder"]["attention"] == {"sliding_windows": [24], "sink_layers": 2}  # infc inspect
+    runner = load_model_runner(plan)
+    requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1, max_len=90)  # past the window
+    tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, chunk_sizes=[17, 40, 9, 64], budget=96)
+    assert_greedy_matches_ort(source, requests, tokens, logits, NUM_TOKENS)
+
+
+def test_layers_of_other_head_sizes_share_pools_of_the_widest(profile, tmp_path):
+    """Gemma 4 (transformers 5.24): full-attention layers' heads are wider (here 64) than the sliding
+    layers' (16). It was refused ("layers differ in head counts or sizes"); now every pool holds 64-wide
+    heads, the narrower layers' queries, keys and values padded with zeros and their context sliced back."""
+    source = HF / "gemma4_ts.onnx"
+    plan = build_plan(source, profile, tmp_path)
+    assert read_plan(plan).meta["decoder"]["head_dim"] == 64
+    runner = load_model_runner(plan)
+    requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1, max_len=60)
+    tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, chunk_sizes=[17, 40, 9, 64], budget=96)
+    assert_greedy_matches_ort(source, requests, tokens, logits, NUM_TOKENS)
 
 
 # transformers' ALiBi slopes for 4 heads: 2 ** (-8 / 4 * (h + 1))

@@ -4,6 +4,7 @@ step that mixes a prompt, chunks after cached context and decode rows:
     softcap  Gemma 2's attn_logit_softcapping: scaled scores s become c * tanh(s / c) before the mask
     window   a sliding window (Mistral, Gemma 2/3): the query at position p sees keys p - W < k <= p
     alibi_slopes  ALiBi (Bloom, MPT): head h's score of key k from position p gains slope[h] * (k - p)
+    sinks    gpt-oss: head h's softmax over [scores, sinks[h]], the sink's column then dropped
 
 The cap is small against the scores and the windows shorter than the contexts, so a kernel that
 ignored either would be far off. With a window the compiled loops start where the task's first row's
@@ -54,7 +55,8 @@ def _step(seqs, chunks, **options) -> list[np.ndarray]:
     return [y[0, starts[i]:starts[i + 1]] for i in range(len(chunks))]
 
 
-def _reference(s, cached: int, new: int, softcap: float = 0.0, window: int = 0, alibi_slopes=None) -> np.ndarray:
+def _reference(s, cached: int, new: int, softcap: float = 0.0, window: int = 0, alibi_slopes=None,
+               sinks=None) -> np.ndarray:
     length, group = cached + new, HEADS // KV_HEADS
     q = s["q"][cached:length].reshape(new, HEADS, HEAD_DIM).astype(np.float64)
     k, v = (np.repeat(s[x][:, :length].astype(np.float64), group, axis=0) for x in ("k", "v"))
@@ -64,11 +66,15 @@ def _reference(s, cached: int, new: int, softcap: float = 0.0, window: int = 0, 
     if alibi_slopes is not None:
         scores = scores + np.asarray(alibi_slopes)[:, None, None] * (keys - rows)[None]
     scores = np.where((keys <= rows) & ((keys > rows - window) if window else True), scores, -np.inf)
+    if sinks is not None:  # the sink column joins the softmax, then leaves
+        scores = np.concatenate([scores, np.broadcast_to(np.asarray(sinks)[:, None, None], (HEADS, new, 1))], -1)
     probs = np.exp(scores - scores.max(-1, keepdims=True))
-    return np.einsum("nsl,nlh->snh", probs / probs.sum(-1, keepdims=True), v).reshape(new, -1)
+    probs = probs / probs.sum(-1, keepdims=True)
+    return np.einsum("nsl,nlh->snh", probs[..., :length], v).reshape(new, -1)
 
 
 ALIBI = [0.5, 0.25, 0.125, 0.0625]  # transformers' slopes for 2 heads, twice: steep enough to matter
+SINKS = [2.5, -1.0, 4.0, 0.5]  # about the scores' size: each takes a visible share of its rows
 
 
 def _paths():
@@ -85,8 +91,9 @@ def _run(compiled: bool, *args, **options):
 
 @pytest.mark.parametrize("compiled", _paths())
 @pytest.mark.parametrize("options", [{"softcap": 2.0}, {"window": 6}, {"window": 5, "softcap": 2.0}, {"window": 1},
-                                     {"alibi_slopes": ALIBI}, {"alibi_slopes": ALIBI, "window": 6}],
-                         ids=["softcap", "window", "both", "window_1", "alibi", "alibi_window"])
+                                     {"alibi_slopes": ALIBI}, {"alibi_slopes": ALIBI, "window": 6},
+                                     {"sinks": SINKS}, {"sinks": SINKS, "window": 6}],
+                         ids=["softcap", "window", "both", "window_1", "alibi", "alibi_window", "sinks", "sinks_window"])
 def test_options_match_dense_reference(compiled, options):
     seqs = _sequences()
     got, plain = _run(compiled, seqs, STEP, **options), _run(compiled, seqs, STEP)
@@ -99,8 +106,8 @@ def test_options_match_dense_reference(compiled, options):
 
 # a window of 29 keeps sums long enough for the compiled kernel's vectorized loops, whose grouping
 # would follow a task-dependent start
-@pytest.mark.parametrize("options", [{"window": 7}, {"window": 29}, {"alibi_slopes": ALIBI}],
-                         ids=["window_7", "window_29", "alibi"])
+@pytest.mark.parametrize("options", [{"window": 7}, {"window": 29}, {"alibi_slopes": ALIBI}, {"sinks": SINKS}],
+                         ids=["window_7", "window_29", "alibi", "sinks"])
 @pytest.mark.parametrize("compiled", _paths())
 def test_rows_do_not_depend_on_the_chunk_cut(compiled, options):
     seqs = _sequences(1)

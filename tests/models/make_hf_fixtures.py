@@ -42,13 +42,21 @@ FIXTURES = {
     "llama_ts_nocache": ("llama", "ts_nocache"),  # no past inputs: logits of the whole sequence
     "phi3_longrope_dynamo": ("phi3_longrope", "dynamo"),  # built only for max_model_len <= 64
     "qwen2_dynamo_fp16": ("qwen2", "dynamo"),  # model.half() before export: served in float32
+    # attention sinks, a 24-key window on every other layer, top-2 of 4 experts (transformers 5.24)
+    "gpt_oss_window_ts": ("gpt_oss_window", "ts"),
+    # multi-head latent attention: the export caches the kv latent (32) and the rotary key (8)
+    # (transformers 5.24), keys 24 and values 16 wide computed from them; grouped MoE routing
+    "deepseek_v3_ts": ("deepseek_v3", "ts"),
+    "deepseek_v3_dynamo": ("deepseek_v3", "dynamo"),  # + dims read off input_ids and the past latents
+    "gemma4_ts": ("gemma4", "ts"),  # full-attention layers' heads 64 wide, sliding layers' 16; per-layer inputs
 }
 DTYPES = {"qwen2_dynamo_fp16": "float16"}
-LAYERS = {"mistral_window_ts": 1}
+LAYERS = {"mistral_window_ts": 1, "gemma4_ts": 4}
 # MPT names its fields its own way (d_model, n_heads, n_layers, max_seq_len)
 OVERRIDES_MPT = {"d_model": 32, "n_layers": 2, "max_seq_len": 128}
 # head size 16 at hidden 32, as the script's longrope factors (6 per rotary half) are sized for
-OVERRIDES = {"phi3_longrope_dynamo": {"num_attention_heads": 2, "num_key_value_heads": 1}, "mpt_ts": OVERRIDES_MPT}
+OVERRIDES = {"phi3_longrope_dynamo": {"num_attention_heads": 2, "num_key_value_heads": 1}, "mpt_ts": OVERRIDES_MPT,
+             "gemma4_ts": {"global_head_dim": 64}}  # still 4x the sliding layers' 16, in a quarter of the bytes
 TINY = {"vocab_size": 128, "hidden_size": 32, "n_embd": 32, "intermediate_size": 64, "n_inner": 64,
         "tie_word_embeddings": True, "max_position_embeddings": 128, "n_positions": 128}
 

@@ -142,3 +142,22 @@ def test_a_shape_the_probe_rejected_runs_in_the_chain_kernels_own_order(rng, mon
         (y,) = run([a[:9], w], attrs, ctx)
         np.testing.assert_allclose(y, want[:9], rtol=1e-6, atol=1e-6)
         assert ctx.memo[1][1].dtype == np.float64  # float64_op cast the weight
+
+
+def test_stacks_of_single_rows_by_their_own_matrices_run_in_float32():
+    """A mixture of experts exported as batched MMs: [S, 1, K] token rows by [S, K, N] expert weights
+    gathered per token. Each stack entry is one fixed-shape product, so float32 is batch-invariant as
+    it is (it ran in float64 before: 17x slower on gpt-oss's prefill): a token's row comes out the
+    same bits alone and among 37 others, and as float32 matmul computes it."""
+    rng = np.random.default_rng(0)
+    rows, weights = (rng.standard_normal((37, 1, 96)).astype(np.float32),
+                     rng.standard_normal((37, 96, 160)).astype(np.float32))
+    step = kernel_for("infc", "BatchInvariant")
+    attrs = {"inner_op": "MatMul", "inner_domain": "", "const_inputs": []}
+    (all_rows,) = step([rows, weights], attrs, KernelContext(17))
+    assert all_rows.dtype == np.float32 and np.array_equal(all_rows, np.matmul(rows, weights))
+    for i in (0, 5, 36):
+        (alone,) = step([rows[i:i + 1], weights[i:i + 1]], attrs, KernelContext(17))
+        assert np.array_equal(alone[0], all_rows[i])
+    (broadcast,) = step([rows[:, :, :96], weights[:1]], attrs, KernelContext(17))  # one shared matrix: not this form
+    np.testing.assert_allclose(broadcast, np.matmul(rows, weights[:1]), rtol=1e-5, atol=1e-5)

@@ -147,9 +147,9 @@ def _rewrite(target: str, m: Match):
 
 
 def _pattern(target: str, scaled: str, mask: str, is_nan_guarded: bool, is_unmerged: bool = False,
-             is_capped: bool = False):
+             is_capped: bool = False, has_sinks: bool = False):
     """scaled: "scores" (Mul|Div after the MatMul), "split" (Mul on q and on kt), "keys" (Mul|Div on kt
-    alone: DeBERTa's bmm(q, kᵀ / scale)) or "none"."""
+    alone: DeBERTa's bmm(q, kᵀ / scale)) or "none". has_sinks: attention_sinks.py's sink column."""
     q, kt = var("q"), var("kt")
     if scaled == "split":
         q, kt = op.Mul(q, const("q_scale"), name="q_scale"), op.Mul(kt, const("k_scale"), name="k_scale")
@@ -161,7 +161,12 @@ def _pattern(target: str, scaled: str, mask: str, is_nan_guarded: bool, is_unmer
         s = op.Mul(op.Tanh(op.any("Div", "Mul")(s, const("cap_in"), name="cap_in")), const("cap_out"), name="cap_out")
     s = op.Where(var("cond"), s, const("fill")) if "where" in mask else s
     s = op.Add(s, var("mask")) if "add" in mask else s
+    if has_sinks:  # one more score column per head, shifted by the row's peak (a no-op for Softmax)
+        joined = op.Concat(s, op.Expand(const("sinks"), var("sinks_shape"), name="sinks"), name="joined")
+        s = op.Sub(joined, op.ReduceMax(joined, name="peak", allow_extra_inputs=True), name="shift")
     p = op.Softmax(s, name="softmax")
+    p = op.Slice(p, const("sink_starts"), const("sink_ends"), const("sink_axes"), name="drop_sink",
+                 allow_extra_inputs=True) if has_sinks else p
     p = op.Where(op.IsNaN(p), const("nan_fill"), p) if is_nan_guarded else p
     ctx = op.MatMul(p, var("v"), name="pv")
     ctx = op.Reshape(ctx, var("heads_shape"), name="unmerge") if is_unmerged else ctx

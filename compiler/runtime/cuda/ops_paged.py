@@ -42,7 +42,9 @@ def paged_attention(inputs, attrs, ctx):
     _write_kv(v_pool, v_new, slots, xp)
     heads, kv_heads = attrs["num_heads"], attrs["kv_num_heads"]
     slopes = np.asarray(attrs.get("alibi_slopes", ()), np.float32)
-    if ctx.rows is not None and ctx.rows.may_paged(q, k_pool, heads, kv_heads):  # the plan's kernel: pools read in place
+    sinks = np.asarray(attrs.get("sinks", ()), np.float32)
+    # the plan's kernel has no sinks (gpt-oss): those layers take the array path below
+    if ctx.rows is not None and not sinks.size and ctx.rows.may_paged(q, k_pool, heads, kv_heads):  # the plan's kernel: pools read in place
         out = ctx.rows.paged_attention(q, k_pool, v_pool, np.asarray(tables), np.asarray(starts), np.asarray(context_lens),
                                        xp, num_heads=heads, kv_heads=kv_heads, scale=float(attrs["scale"]),
                                        softcap=float(attrs.get("softcap", 0.0)), window=int(attrs.get("window", 0)),
@@ -50,7 +52,7 @@ def paged_attention(inputs, attrs, ctx):
         return [out.reshape(q.shape)]
     out = _attend_numpy(q, k_pool, v_pool, np.asarray(tables), np.asarray(starts), np.asarray(context_lens),
                         heads, kv_heads, attrs["scale"], float(attrs.get("softcap", 0.0)), int(attrs.get("window", 0)),
-                        slopes, xp=xp, compute=np.float32)
+                        slopes, xp=xp, compute=np.float32, sinks=sinks)
     return [out.reshape(q.shape)]
 
 

@@ -41,6 +41,21 @@ def _float32_rows(inputs, attrs) -> tuple[np.ndarray, np.ndarray] | None:
     return a.reshape(-1, w.shape[0]), w
 
 
+def _one_row_stacks(inputs, attrs) -> np.ndarray | None:
+    """A float32 MatMul of stacks of single rows by stacks of their own matrices, [..., 1, K] @ [..., K, N]
+    with the same leading dims (a mixture of experts exported as batched MMs: each token's row by the
+    weight of the expert it was routed to, gathered): every stack entry is one product of fixed shape,
+    whatever else the step holds, so float32 is batch-invariant as it is. Its product, else None."""
+    if (attrs["inner_domain"], attrs["inner_op"]) != ("", "MatMul") or len(inputs) != 2 or "weight_group" in attrs:
+        return None
+    a, w = inputs
+    if a is None or w is None or a.dtype != np.float32 or w.dtype != np.float32 or a.ndim < 3 or a.ndim != w.ndim:
+        return None
+    if a.shape[-2] != 1 or a.shape[:-2] != w.shape[:-2] or a.shape[-1] != w.shape[-2]:
+        return None
+    return np.matmul(a, w)
+
+
 def float64_op(inputs, attrs, ctx):
     """attrs: inner_op, inner_domain, const_inputs (indexes of weights: cast once, kept in the memo)."""
     inner = ctx.memo.get("kernel")
@@ -150,7 +165,8 @@ def batch_invariant(inputs, attrs, ctx):
             return [y.reshape(*a.shape[:-1], own[0].shape[1])]
     operands = _float32_rows(inputs, attrs)
     if operands is None:
-        return float64_op(inputs, attrs, ctx)
+        stacked = _one_row_stacks(inputs, attrs)  # not a 2-D weight: rows by their own matrices, or float64
+        return [stacked] if stacked is not None else float64_op(inputs, attrs, ctx)
     rows, w = operands
     rows_from = min_rows(w)
     y = None

@@ -60,9 +60,10 @@ _EXP_LOW = -87.0  # below, exp(x) leaves float32's normal range: 0 (at most 2e-3
 
 
 @jit
-def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, slopes, group, out):
+def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, slopes, sinks, group, out):
     """out [T, N * H] rows of the tasks from q [T, N * H] (float32); k_pool, v_pool [blocks, kvN,
-    block_size, H] float32; tables [seqs, max_blocks] int64; slopes [N] float32 (ALiBi) or [0];
+    block_size, H] float32; tables [seqs, max_blocks] int64; slopes [N] float32 (ALiBi) or [0]; sinks
+    [N] float32 (each query head's sink logit: in the peak and the denominator, no value) or [0];
     tasks [n, 5] int64 rows (sequence, KV
     head, first query row, number of rows, causal length of the first row: row i sees positions
     < length + i). False (some rows unwritten) when a table names a block outside the pool.
@@ -85,7 +86,7 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, slop
     acc = np.empty((widest, head_dim), f32)
     sums = np.empty(widest)  # softmax denominators in float64: one sum per vector, cheap
     peaks = np.empty(widest, f32)  # each vector's highest score so far (NaN aside, see below)
-    has_alibi = slopes.shape[0] > 0
+    has_alibi, has_sinks = slopes.shape[0] > 0, sinks.shape[0] > 0
     vector_slopes = np.zeros(widest, f32)  # each vector's ALiBi slope (its query head's)
     scores = np.empty((widest, longest + STRIDE), f32)
     bits = np.empty(longest, np.int32)  # 2^n of exp's range reduction, built from its bits
@@ -173,6 +174,8 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, slop
         # then the whole row NaN, as NumPy's max would
         for m in range(width):
             length, peak = length0 + m // group, peaks[m]
+            if has_sinks:
+                peak = max(peak, sinks[kv_head * group + m % group])
             # views that start at `start`, so these loops run from index 0: with a start numba
             # cannot prove nonnegative it wraps negative indexes, and LLVM then leaves the loop
             # scalar (measured: the softmax took a third of the kernel's time, now a sixth)
@@ -196,6 +199,8 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, slop
             total = 0.0
             for j in range(length - own):
                 total += visible[j]
+            if has_sinks:  # the sink's own softmax term, after the keys' (their order stays the row's)
+                total += np.exp(np.float64(sinks[kv_head * group + m % group]) - np.float64(peak))
             sums[m] = total
         for j in range(start, last, STRIDE):  # value terms, in position order for every vector
             v0, v1, v2, v3 = values[where[j]], values[where[j + 1]], values[where[j + 2]], values[where[j + 3]]
@@ -225,12 +230,12 @@ def _attend_tasks(q, k_pool, v_pool, tables, tasks, scale, softcap, window, slop
 
 
 @jit(calls=(_attend_tasks,))
-def _attend_parts(q, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, slopes, group, out, ok):
+def _attend_parts(q, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, slopes, sinks, group, out, ok):
     """_attend_tasks on each run of tasks [bounds[p], bounds[p + 1]) (the parallel build: runs spread
     over numba's threads); ok[p] False where the run's tables name a block outside the pool."""
     for p in prange(bounds.shape[0] - 1):
         ok[p] = _attend_tasks(q, k_pool, v_pool, tables, tasks[bounds[p]:bounds[p + 1]], scale, softcap, window,
-                              slopes, group, out)
+                              slopes, sinks, group, out)
 
 
 @jit
@@ -321,7 +326,8 @@ def _part_bounds(cost, parts):
 
 
 def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scale: float,
-           softcap: float = 0.0, window: int = 0, slopes: np.ndarray | None = None) -> np.ndarray | None:
+           softcap: float = 0.0, window: int = 0, slopes: np.ndarray | None = None,
+           sinks: np.ndarray | None = None) -> np.ndarray | None:
     """[T, N * H] float32 attention of q [..., T, N * H] over the pools (the new tokens' K/V already
     written), or None where the NumPy path must run."""
     kernel, plan = _attend_tasks.get(), _plan_tasks.get()
@@ -334,7 +340,8 @@ def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scal
     if num_heads % kv_heads or q.shape[-1] != num_heads * head_dim or tables.ndim != 2 or starts.ndim != 1:
         return None
     slopes = np.zeros(0, f32) if slopes is None else np.ascontiguousarray(slopes, f32)
-    if tables.shape[0] != context_lens.size or slopes.size not in (0, num_heads):
+    sinks = np.zeros(0, f32) if sinks is None else np.ascontiguousarray(sinks, f32)
+    if tables.shape[0] != context_lens.size or slopes.size not in (0, num_heads) or sinks.size not in (0, num_heads):
         return None
     group = num_heads // kv_heads
     q2 = np.ascontiguousarray(q.reshape(-1, q.shape[-1]))
@@ -350,18 +357,18 @@ def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scal
     # one thread below these sizes: numba's threads (when there) from SPREAD_MIN_BYTES, else the
     # helper thread from PARALLEL_MIN_BYTES (its hand-off costs a GIL round trip)
     if len(tasks) < 2 or read < (PARALLEL_MIN_BYTES if spread is None else SPREAD_MIN_BYTES):
-        return out if kernel(q2, k_pool, v_pool, tables, tasks, scale, softcap, window, slopes, group, out) else None
+        return out if kernel(q2, k_pool, v_pool, tables, tasks, scale, softcap, window, slopes, sinks, group, out) else None
     # runs of consecutive tasks of about equal cost: a prefill block costs far more than a decode row
     bounds = _part_bounds.get()(cost, _PARTS)
     if spread is not None:  # numba's threads: no GIL round trip (runtime/jit.py)
         ok = np.zeros(len(bounds) - 1, np.bool_)
-        spread(q2, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, slopes, group, out, ok)
+        spread(q2, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, slopes, sinks, group, out, ok)
         return out if ok.all() else None
     failed = []
 
     def run(part: int) -> None:
         if not kernel(q2, k_pool, v_pool, tables, tasks[bounds[part]:bounds[part + 1]], scale, softcap, window, slopes,
-                      group, out):
+                      sinks, group, out):
             failed.append(part)
 
     parallel_for(len(bounds) - 1, run, read)
