@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from .atomic import atomic_path
+from .atomic import atomic_path, check_writable
 from .build_phases import phase
 from .build_precision import PrecisionSettings, reduce_precision
 from .engine_cache import EngineCache, default_cache_dir
@@ -134,6 +134,9 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     cache, components, lookup, report, hit = cache_front(model_path, profile, options.key_options(), fingerprint,
                                                           options, output, started, log)
     if hit:
+        if options.verify:  # the cached plan, as `infc run` loads it, held to onnxruntime as a fresh build's is
+            with phase("verifying the cached plan against onnxruntime", options.show_progress):
+                hit["verify"] = _verify_plan_file(model_path, model, output, profile, given)
         return hit
 
     spin = options.show_progress
@@ -234,6 +237,11 @@ def cache_front(model_path: Path, profile: Profile, key_options: dict, fingerpri
     """The engine cache in front of a build: on a hit the plan is copied to `output` and the finished
     report is returned as `hit`; on a miss the reason is logged and `hit` is None."""
     cache = EngineCache(options.cache_dir)
+    if options.use_cache:  # before any work: a build that cannot store its plan and timings fails at once
+        try:
+            check_writable(options.cache_dir, make_folder=True)
+        except BadInput as exc:
+            raise BadInput(f"{exc} (the engine cache folder: give --cache-dir DIR, or --no-cache)") from None
     components = cache.components(model_path, profile.digest(), key_options, fingerprint, __version__)
     lookup = cache.lookup(model_path, components) if options.use_cache else None
     report = {"plan": str(output), "target": options.target, "fingerprint": fingerprint, "cache_key": lookup.key if lookup else None}
@@ -315,6 +323,16 @@ def _verify(model_path: Path, model, program: Program, profile: Profile, executo
             **({"note": note} if note else {})}
 
 
+def _verify_plan_file(model_path: Path, model, plan_path: Path, profile: Profile, given: dict | None) -> dict:
+    from .runtime.session import PlanSession, _weights
+
+    session = PlanSession(plan_path)
+    meta = session.plan.meta
+    program = Program(meta["program"], _weights(session.plan), meta["inputs"], meta["outputs"], meta.get("opset", 17))
+    is_whole = bool(meta.get("conv_tactics", {}).get("whole_model"))
+    return _verify(model_path, model, program, profile, session.executor, given, optimized_reference=is_whole)
+
+
 def _reference_outputs(model_path: Path, model, names, feeds, optimize: bool):
     """onnxruntime's outputs for --verify. Where onnxruntime refuses or fails the model (a dynamo
     istft: int32 ScatterND indices) though infc runs it, the error says the plan builds without
@@ -334,6 +352,7 @@ def _check_output(output: Path) -> None:
         raise BadInput(f"{output}: is a directory")
     if not os.access(folder, os.W_OK):
         raise BadInput(f"{output}: output folder '{folder}' is not writable")
+    check_writable(output)
 
 
 def _copy_atomic(source: Path, target: Path) -> None:
