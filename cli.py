@@ -12,6 +12,7 @@ import click
 from rich.console import Console
 
 from . import __version__
+from .compiler.atomic import check_writable
 from .compiler.atomic import write_text_atomic as _write_text_atomic
 from .compiler.errors import BadInput, InfcError
 
@@ -46,10 +47,27 @@ def _reader_went_away() -> None:
     sys.exit(141)
 
 
+# Ctrl-C: 128 + SIGINT, as a shell reports a process the signal ended, so scripts tell it from a failure
+INTERRUPTED = 130
+OUTPUT_FLAGS = ("-o", "--output", "--outputs", "--html")  # the files a command writes
+
+
+def _output_args(args: list[str]) -> list[str]:
+    """The output paths given on the command line (the subcommand's context is gone by the time an
+    interrupt reaches the group)."""
+    found = []
+    for flag, value in zip(args, args[1:]):
+        if flag in OUTPUT_FLAGS:
+            found.append(value)
+    found += [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in OUTPUT_FLAGS and "=" in a]
+    return found
+
+
 class InfcGroup(click.Group):
     """Turns every failure into one `error:` line and the documented exit code; no tracebacks."""
 
     def invoke(self, ctx):
+        raw_args = [*ctx._protected_args, *ctx.args]  # the subcommand's, before click consumes them
         try:
             return super().invoke(ctx)
         except InfcError as exc:
@@ -58,8 +76,9 @@ class InfcGroup(click.Group):
             raise
         except click.ClickException as exc:
             _fail(exc.format_message(), 2)
-        except click.Abort:
-            _fail("aborted", 1)
+        except (KeyboardInterrupt, click.Abort):  # Ctrl-C: outputs are written by rename, so none is half-written
+            written = _output_args(raw_args)
+            _fail("interrupted" + (f"; {', '.join(written)} not written" if written else ""), INTERRUPTED)
         except BrokenPipeError:
             _reader_went_away()
         except MemoryError:
@@ -87,6 +106,17 @@ def _parse_dims(values) -> dict[str, int]:
     return dims
 
 
+def _check_dim_names(dims: dict[str, int], model, model_path: str) -> None:
+    """--dim NAME=INT names a symbolic dim of the model's inputs: a typo would be ignored silently."""
+    initializers = {t.name for t in model.graph.initializer}
+    known = list(dict.fromkeys(d.dim_param for v in model.graph.input if v.name not in initializers
+                               for d in v.type.tensor_type.shape.dim if d.dim_param))
+    unknown = [name for name in dims if name not in known]
+    if unknown:
+        raise BadInput(f"--dim {unknown[0]}={dims[unknown[0]]}: {model_path} has no input dim named '{unknown[0]}' "
+                       f"(its symbolic dims: {', '.join(known) or 'none'})")
+
+
 def _check_writable_output(path: str) -> None:
     folder = Path(path).parent if str(Path(path).parent) else Path(".")
     if not folder.is_dir():
@@ -95,6 +125,7 @@ def _check_writable_output(path: str) -> None:
         raise BadInput(f"{path}: output folder '{folder}' is not writable")
     if Path(path).is_dir():
         raise BadInput(f"{path}: is a directory")
+    check_writable(path)
 
 
 def _load_feeds(inputs_path: str) -> dict:
@@ -150,8 +181,14 @@ def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision,
     from .compiler.verify import verify_models
 
     _check_writable_output(output)
+    if inputs_path and not verify:  # nothing else reads them: a run without the check its user asked for
+        raise BadInput(f"--inputs {inputs_path}: the inputs --verify runs both models on; add --verify")
+    if dims and not verify and precision == "fp32":
+        raise BadInput("--dim sets dims of the inputs that --verify (or --precision's repair and calibration) "
+                       "makes up; add --verify")
     feeds = _model_feeds(model, inputs_path) if inputs_path else None
     original, result = _run_optimize(model, quiet=as_json)
+    _check_dim_names(_parse_dims(dims), original, model)
     report = report_json(result)
     if precision != "fp32":
         from .compiler.quantize import apply_precision
