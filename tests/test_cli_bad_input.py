@@ -59,6 +59,9 @@ def test_an_npy_or_text_file_as_inputs_is_not_an_npz(plan):
     (plan / "text.npz").write_text("not an archive")
     for path in (plan / "ids.npy", plan / "text.npz"):
         assert_one_error(infc("run", plan / "m.plan", "--inputs", path), str(path), "not an .npz archive")
+        assert_one_error(infc("optimize", plan / "m.onnx", "-o", plan / "q.onnx", "--precision", "int8", "--calib", path),
+                         str(path), "not an .npz archive")
+    assert not (plan / "q.onnx").exists()
 
 
 def test_ids_outside_the_table_are_bad_input_naming_the_file(plan):
