@@ -30,6 +30,7 @@ from .profile import (Profile, check_profile_matches_model, default_profile, def
 from .runtime.executor import Executor
 from .runtime.feeds_io import check_feeds, feeds_digest, gather_table_rows, random_inputs
 from .runtime.kernels import has_kernel
+from .runtime.shape_contract import contradicts_shapes
 from .target import target_fingerprint
 from .tune_whole import offer as offer_whole_model
 from .tune_whole import original_outputs
@@ -292,16 +293,26 @@ def _explain_sample_failure(model_path: Path, model, program: Program, feeds: di
     try:
         session.run(None, feeds)
     except Exception as ort_exc:  # noqa: BLE001 - its message is the explanation
-        # given inputs stand in only at their own shapes: at other levels say so, not "give --inputs"
-        reason = error_reason(ort_exc)
-        hint = fixed_reshape_hint(model, str(ort_exc)) or (
-                "give representative inputs with --inputs FEEDS.npz" if given is None else
-                "--inputs stand in only at the profile level whose shapes they have ("
-                + ", ".join(f"{n} {list(a.shape)}" for n, a in given.items())
-                + "): give a profile whose min, opt and max are their shapes, or leave --profile out")
+        reason = error_reason(ort_exc, limit=500)  # onnxruntime's shape messages end with the shapes
+        hint = _sample_failure_hint(model, ort_exc, given)
         raise BadInput(f"{model_path}: the model does not run on random inputs at the profile's {level} shapes "
                        f"(onnxruntime fails too: {reason}); {hint}") from None
     raise exc
+
+
+def _sample_failure_hint(model, ort_exc: Exception, given: dict | None) -> str:
+    """What to do about a model that onnxruntime cannot run at a profile level either."""
+    if hint := fixed_reshape_hint(model, str(ort_exc)):
+        return hint
+    if contradicts_shapes(ort_exc):  # no values fix shapes that contradict each other
+        return ("the model does not take these shapes: profile only shapes it runs at (a TorchScript trace "
+                "fixes some lengths at export), or export it again with dynamic dims")
+    if given is None:
+        return "give representative inputs with --inputs FEEDS.npz"
+    # given inputs stand in only at their own shapes: at other levels say so, not "give --inputs"
+    return ("--inputs stand in only at the profile level whose shapes they have ("
+            + ", ".join(f"{n} {list(a.shape)}" for n, a in given.items())
+            + "): give a profile whose min, opt and max are their shapes, or leave --profile out")
 
 
 def _verify(model_path: Path, model, program: Program, profile: Profile, executor=None, given: dict | None = None,
