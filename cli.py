@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -106,6 +107,15 @@ def _parse_dims(values) -> dict[str, int]:
     return dims
 
 
+def _verify_optimized(model_path: str, original, optimized, seed: int, feeds, dims) -> list:
+    from .compiler.verify import verify_models
+
+    try:
+        return verify_models(original, optimized, seed=seed, feeds=feeds, dims=_parse_dims(dims))
+    except InfcError as exc:
+        raise type(exc)(f"{model_path}: {exc}") from None
+
+
 def _check_dim_names(dims: dict[str, int], model, model_path: str) -> None:
     """--dim NAME=INT names a symbolic dim of the model's inputs: a typo would be ignored silently."""
     initializers = {t.name for t in model.graph.initializer}
@@ -178,7 +188,6 @@ def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision,
     """Optimize MODEL and write the result as ONNX that onnxruntime runs."""
     from .compiler.model_io import save_model
     from .compiler.report import print_report, report_json
-    from .compiler.verify import verify_models
 
     _check_writable_output(output)
     if inputs_path and not verify:  # nothing else reads them: a run without the check its user asked for
@@ -193,14 +202,16 @@ def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision,
     if precision != "fp32":
         from .compiler.quantize import apply_precision
 
-        result.model, report["quantize"] = apply_precision(result.model, precision, tolerance=tolerance, calib=calib,
-                                                           method=calib_method, seed=seed, dims=_parse_dims(dims) or None,
-                                                           int8_weights=int8_weights)
+        # calibration and the repair's trials take minutes on large models: say so on a terminal
+        # (rich draws nothing when stderr is a pipe; --json keeps stderr quiet)
+        doing = "calibrating and quantizing to int8" if precision == "int8" else f"converting to {precision}"
+        with contextlib.nullcontext() if as_json else stderr.status(doing):
+            result.model, report["quantize"] = apply_precision(result.model, precision, tolerance=tolerance, calib=calib,
+                                                               method=calib_method, seed=seed,
+                                                               dims=_parse_dims(dims) or None, int8_weights=int8_weights)
     if verify:
-        try:
-            diffs = verify_models(original, result.model, seed=seed, feeds=feeds, dims=_parse_dims(dims))
-        except InfcError as exc:
-            raise type(exc)(f"{model}: {exc}") from None
+        with contextlib.nullcontext() if as_json else stderr.status("verifying against onnxruntime"):
+            diffs = _verify_optimized(model, original, result.model, seed, feeds, dims)
         report["outputs"] = [d.to_json() for d in diffs]
         report["max_abs_diff"] = max((d.max_abs_diff for d in diffs), default=0.0)
         report["max_rel_diff"] = max((d.max_rel_diff for d in diffs), default=0.0)
