@@ -68,7 +68,9 @@ class InfcGroup(click.Group):
     """Turns every failure into one `error:` line and the documented exit code; no tracebacks."""
 
     def invoke(self, ctx):
-        raw_args = [*ctx._protected_args, *ctx.args]  # the subcommand's, before click consumes them
+        # the subcommand's arguments, before click consumes them (`protected_args` before click 8.2)
+        protected = ctx._protected_args if hasattr(ctx, "_protected_args") else ctx.protected_args
+        raw_args = [*protected, *ctx.args]
         try:
             return super().invoke(ctx)
         except InfcError as exc:
