@@ -129,6 +129,16 @@ def _check_dim_names(dims: dict[str, int], model, model_path: str) -> None:
                        f"(its symbolic dims: {', '.join(known) or 'none'})")
 
 
+def _refuse_overwriting(output: str | None, flag: str, **inputs: str | None) -> None:
+    """An output path that names one of the command's own input files (`infc build m.onnx -o m.onnx`)
+    would replace it, silently: the model, plan or inputs would be gone."""
+    if not output or not Path(output).exists():
+        return
+    for what, path in inputs.items():
+        if path and Path(path).exists() and os.path.samefile(output, path):
+            raise BadInput(f"{flag} {output}: is the {what.replace('_', ' ')} itself; write the output elsewhere")
+
+
 def _check_writable_output(path: str) -> None:
     folder = Path(path).parent if str(Path(path).parent) else Path(".")
     if not folder.is_dir():
@@ -192,6 +202,7 @@ def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision,
     from .compiler.report import print_report, report_json
 
     _check_writable_output(output)
+    _refuse_overwriting(output, "-o", model=model, inputs_file=inputs_path)
     if inputs_path and not verify:  # nothing else reads them: a run without the check its user asked for
         raise BadInput(f"--inputs {inputs_path}: the inputs --verify runs both models on; add --verify")
     if dims and not verify and precision == "fp32":
@@ -245,6 +256,7 @@ def inspect(target, as_json, html_path):
 
     if html_path:
         _check_writable_output(html_path)
+        _refuse_overwriting(html_path, "--html", model_or_plan=target)
     if _is_plan(target):
         from .compiler.plan_report import plan_report, print_plan_report
 
@@ -303,6 +315,8 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
     from .compiler.engine_cache import default_cache_dir
     from .compiler.plan_report import print_build_report
 
+    _refuse_overwriting(output, "-o", model=model, profile=profile_path, inputs_file=inputs_path,
+                        calibration_file=calib if calib and Path(calib).is_file() else None)
     options = BuildOptions(target=target, precision=precision, allow_fallback=not no_fallback, verify=verify,
                            precision_settings=PrecisionSettings(tolerance, calib, calib_method, int8_weights),
                            use_cache=not no_cache, cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
@@ -357,6 +371,8 @@ def run(plan, inputs_path, outputs_path, iterations, warmup, seed, as_json, op_p
 
     if outputs_path:
         _check_writable_output(outputs_path)
+        _refuse_overwriting(outputs_path, "--outputs", plan=plan, inputs_file=inputs_path,
+                            workload=decode_options.get("workload"))
     kind = _plan_kind(plan)
     _check_run_options(plan, kind, _given_options())
     if kind == "decoder":

@@ -119,3 +119,23 @@ def test_ctrl_c_during_a_build_leaves_nothing_and_says_so(plan, tmp_path):
     assert errors == [f"error: interrupted; {out} not written"], stderr
     assert "Traceback" not in stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_that_names_an_input_file_is_refused_and_the_input_kept(plan, tmp_path):
+    """`infc build m.onnx -o m.onnx` replaced the model with the plan, `run --outputs PLAN` the plan
+    with the outputs: each silently, exit 0."""
+    model = tmp_path / "m.onnx"
+    model.write_bytes((plan / "m.onnx").read_bytes())
+    plan_copy = tmp_path / "m.plan"
+    plan_copy.write_bytes((plan / "m.plan").read_bytes())
+    np.savez(tmp_path / "ids.npz", ids=np.zeros((2, 3), np.int64))
+    cases = [(("build", model, "-o", model, "--no-cache"), "is the model itself"),
+             (("optimize", model, "-o", tmp_path / "." / "m.onnx"), "is the model itself"),
+             (("inspect", model, "--html", model), "is the model or plan itself"),
+             (("run", plan_copy, "--outputs", plan_copy), "is the plan itself"),
+             (("run", plan_copy, "--inputs", tmp_path / "ids.npz", "--outputs", tmp_path / "ids.npz"),
+              "is the inputs file itself")]
+    for command, fragment in cases:
+        assert_one_error(infc(*command), fragment)
+    assert model.read_bytes() == (plan / "m.onnx").read_bytes()
+    assert plan_copy.read_bytes() == (plan / "m.plan").read_bytes()
