@@ -139,3 +139,20 @@ def test_an_output_that_names_an_input_file_is_refused_and_the_input_kept(plan, 
         assert_one_error(infc(*command), fragment)
     assert model.read_bytes() == (plan / "m.onnx").read_bytes()
     assert plan_copy.read_bytes() == (plan / "m.plan").read_bytes()
+
+
+def test_a_plan_edited_and_rehashed_names_the_plan_and_the_problem(plan, tmp_path):
+    """The checksums vouch for the bytes; a header edited and re-hashed (a weight moved past its
+    section, a step renamed) was an internal error or an error without the plan's name."""
+    import copy
+
+    from infc.compiler.plan.format import read_plan, write_plan
+
+    original = read_plan(plan / "m.plan")
+    sections = {name: bytes(view) for name, view in original.sections.items()}
+    moved, renamed = copy.deepcopy(original.meta), copy.deepcopy(original.meta)
+    next(iter(moved["weights"].values()))["offset"] = 1 << 30
+    renamed["program"][0]["op"] = "NoSuchOp"
+    for meta, fragment in ((moved, "corrupt plan (weight"), (renamed, "no runtime kernel for NoSuchOp")):
+        write_plan(tmp_path / "edited.plan", meta, sections)
+        assert_one_error(infc("run", tmp_path / "edited.plan"), str(tmp_path / "edited.plan"), fragment)
