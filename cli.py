@@ -379,6 +379,7 @@ def run(plan, inputs_path, outputs_path, iterations, warmup, seed, as_json, op_p
         return _run_decoder(plan, outputs_path, seed, as_json, op_profile, **decode_options)
 
     from .compiler.runtime.feeds_io import load_feeds, random_plan_feeds, save_outputs
+    from .compiler.runtime.index_contract import indexes_out_of_range
     from .compiler.runtime.session import PlanSession
 
     session = PlanSession(plan)
@@ -389,6 +390,8 @@ def run(plan, inputs_path, outputs_path, iterations, warmup, seed, as_json, op_p
     except BadInput as exc:
         raise BadInput(f"{inputs_path}: {exc}" if inputs_path else str(exc)) from exc
     except InfcError as exc:
+        if inputs_path and indexes_out_of_range(exc):  # the build's inputs indexed inside the tables; these do not
+            raise BadInput(f"{inputs_path}: an index in the inputs is outside the table it indexes: {exc}") from exc
         if inputs_path:
             raise
         raise InfcError(f"{exc} (on random inputs: a model whose control flow or indexes depend on input values "

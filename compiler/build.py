@@ -305,7 +305,7 @@ def _sample_failure_hint(model, ort_exc: Exception, given: dict | None) -> str:
     """What to do about a model that onnxruntime cannot run at a profile level either."""
     if hint := fixed_reshape_hint(model, str(ort_exc)):
         return hint
-    if contradicts_shapes(ort_exc):  # no values fix shapes that contradict each other
+    if given is None and contradicts_shapes(ort_exc):  # no values fix shapes that contradict each other
         return ("the model does not take these shapes: profile only shapes it runs at (a TorchScript trace "
                 "fixes some lengths at export), or export it again with dynamic dims")
     if given is None:

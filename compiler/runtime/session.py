@@ -14,7 +14,6 @@ from ..plan.format import read_plan
 from ..target import check_target
 from .executor import Executor
 from .feeds_io import check_feeds
-from .index_contract import indexes_out_of_range
 
 
 def _weights(plan) -> dict[str, np.ndarray]:
@@ -95,8 +94,6 @@ class PlanSession:
             # often give out (position tables, fixed reshapes: onnxruntime fails the same way), so a
             # failure there is reported as the input it is, with the kernel's words.
             outside = self._outside_profile(feeds)
-            if outside is None and indexes_out_of_range(exc):  # the build's inputs indexed inside the tables
-                raise BadInput(f"an index in the inputs is outside the table it indexes: {exc}") from exc
             if outside is None:
                 raise
             raise BadInput(f"the plan does not run at these inputs ({outside}, where the build never ran it): {exc}") from exc
