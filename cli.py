@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -12,6 +13,7 @@ import click
 from rich.console import Console
 
 from . import __version__
+from .compiler.atomic import check_writable
 from .compiler.atomic import write_text_atomic as _write_text_atomic
 from .compiler.errors import BadInput, InfcError
 
@@ -46,10 +48,29 @@ def _reader_went_away() -> None:
     sys.exit(141)
 
 
+# Ctrl-C: 128 + SIGINT, as a shell reports a process the signal ended, so scripts tell it from a failure
+INTERRUPTED = 130
+OUTPUT_FLAGS = ("-o", "--output", "--outputs", "--html")  # the files a command writes
+
+
+def _output_args(args: list[str]) -> list[str]:
+    """The output paths given on the command line (the subcommand's context is gone by the time an
+    interrupt reaches the group)."""
+    found = []
+    for flag, value in zip(args, args[1:]):
+        if flag in OUTPUT_FLAGS:
+            found.append(value)
+    found += [a.split("=", 1)[1] for a in args if a.split("=", 1)[0] in OUTPUT_FLAGS and "=" in a]
+    return found
+
+
 class InfcGroup(click.Group):
     """Turns every failure into one `error:` line and the documented exit code; no tracebacks."""
 
     def invoke(self, ctx):
+        # the subcommand's arguments, before click consumes them (`protected_args` before click 8.2)
+        protected = ctx._protected_args if hasattr(ctx, "_protected_args") else ctx.protected_args
+        raw_args = [*protected, *ctx.args]
         try:
             return super().invoke(ctx)
         except InfcError as exc:
@@ -58,8 +79,9 @@ class InfcGroup(click.Group):
             raise
         except click.ClickException as exc:
             _fail(exc.format_message(), 2)
-        except click.Abort:
-            _fail("aborted", 1)
+        except (KeyboardInterrupt, click.Abort):  # Ctrl-C: outputs are written by rename, so none is half-written
+            written = _output_args(raw_args)
+            _fail("interrupted" + (f"; {', '.join(written)} not written" if written else ""), INTERRUPTED)
         except BrokenPipeError:
             _reader_went_away()
         except MemoryError:
@@ -87,6 +109,36 @@ def _parse_dims(values) -> dict[str, int]:
     return dims
 
 
+def _verify_optimized(model_path: str, original, optimized, seed: int, feeds, dims) -> list:
+    from .compiler.verify import verify_models
+
+    try:
+        return verify_models(original, optimized, seed=seed, feeds=feeds, dims=_parse_dims(dims))
+    except InfcError as exc:
+        raise type(exc)(f"{model_path}: {exc}") from None
+
+
+def _check_dim_names(dims: dict[str, int], model, model_path: str) -> None:
+    """--dim NAME=INT names a symbolic dim of the model's inputs: a typo would be ignored silently."""
+    initializers = {t.name for t in model.graph.initializer}
+    known = list(dict.fromkeys(d.dim_param for v in model.graph.input if v.name not in initializers
+                               for d in v.type.tensor_type.shape.dim if d.dim_param))
+    unknown = [name for name in dims if name not in known]
+    if unknown:
+        raise BadInput(f"--dim {unknown[0]}={dims[unknown[0]]}: {model_path} has no input dim named '{unknown[0]}' "
+                       f"(its symbolic dims: {', '.join(known) or 'none'})")
+
+
+def _refuse_overwriting(output: str | None, flag: str, **inputs: str | None) -> None:
+    """An output path that names one of the command's own input files (`infc build m.onnx -o m.onnx`)
+    would replace it, silently: the model, plan or inputs would be gone."""
+    if not output or not Path(output).exists():
+        return
+    for what, path in inputs.items():
+        if path and Path(path).exists() and os.path.samefile(output, path):
+            raise BadInput(f"{flag} {output}: is the {what.replace('_', ' ')} itself; write the output elsewhere")
+
+
 def _check_writable_output(path: str) -> None:
     folder = Path(path).parent if str(Path(path).parent) else Path(".")
     if not folder.is_dir():
@@ -95,6 +147,7 @@ def _check_writable_output(path: str) -> None:
         raise BadInput(f"{path}: output folder '{folder}' is not writable")
     if Path(path).is_dir():
         raise BadInput(f"{path}: is a directory")
+    check_writable(path)
 
 
 def _load_feeds(inputs_path: str) -> dict:
@@ -147,23 +200,31 @@ def optimize(model, output, verify, as_json, seed, dims, inputs_path, precision,
     """Optimize MODEL and write the result as ONNX that onnxruntime runs."""
     from .compiler.model_io import save_model
     from .compiler.report import print_report, report_json
-    from .compiler.verify import verify_models
 
     _check_writable_output(output)
+    _refuse_overwriting(output, "-o", model=model, inputs_file=inputs_path)
+    if inputs_path and not verify:  # nothing else reads them: a run without the check its user asked for
+        raise BadInput(f"--inputs {inputs_path}: the inputs --verify runs both models on; add --verify")
+    if dims and not verify and precision == "fp32":
+        raise BadInput("--dim sets dims of the inputs that --verify (or --precision's repair and calibration) "
+                       "makes up; add --verify")
     feeds = _model_feeds(model, inputs_path) if inputs_path else None
     original, result = _run_optimize(model, quiet=as_json)
+    _check_dim_names(_parse_dims(dims), original, model)
     report = report_json(result)
     if precision != "fp32":
         from .compiler.quantize import apply_precision
 
-        result.model, report["quantize"] = apply_precision(result.model, precision, tolerance=tolerance, calib=calib,
-                                                           method=calib_method, seed=seed, dims=_parse_dims(dims) or None,
-                                                           int8_weights=int8_weights)
+        # calibration and the repair's trials take minutes on large models: say so on a terminal
+        # (rich draws nothing when stderr is a pipe; --json keeps stderr quiet)
+        doing = "calibrating and quantizing to int8" if precision == "int8" else f"converting to {precision}"
+        with contextlib.nullcontext() if as_json else stderr.status(doing):
+            result.model, report["quantize"] = apply_precision(result.model, precision, tolerance=tolerance, calib=calib,
+                                                               method=calib_method, seed=seed,
+                                                               dims=_parse_dims(dims) or None, int8_weights=int8_weights)
     if verify:
-        try:
-            diffs = verify_models(original, result.model, seed=seed, feeds=feeds, dims=_parse_dims(dims))
-        except InfcError as exc:
-            raise type(exc)(f"{model}: {exc}") from None
+        with contextlib.nullcontext() if as_json else stderr.status("verifying against onnxruntime"):
+            diffs = _verify_optimized(model, original, result.model, seed, feeds, dims)
         report["outputs"] = [d.to_json() for d in diffs]
         report["max_abs_diff"] = max((d.max_abs_diff for d in diffs), default=0.0)
         report["max_rel_diff"] = max((d.max_rel_diff for d in diffs), default=0.0)
@@ -195,6 +256,7 @@ def inspect(target, as_json, html_path):
 
     if html_path:
         _check_writable_output(html_path)
+        _refuse_overwriting(html_path, "--html", model_or_plan=target)
     if _is_plan(target):
         from .compiler.plan_report import plan_report, print_plan_report
 
@@ -253,6 +315,8 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
     from .compiler.engine_cache import default_cache_dir
     from .compiler.plan_report import print_build_report
 
+    _refuse_overwriting(output, "-o", model=model, profile=profile_path, inputs_file=inputs_path,
+                        calibration_file=calib if calib and Path(calib).is_file() else None)
     options = BuildOptions(target=target, precision=precision, allow_fallback=not no_fallback, verify=verify,
                            precision_settings=PrecisionSettings(tolerance, calib, calib_method, int8_weights),
                            use_cache=not no_cache, cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
@@ -307,12 +371,15 @@ def run(plan, inputs_path, outputs_path, iterations, warmup, seed, as_json, op_p
 
     if outputs_path:
         _check_writable_output(outputs_path)
+        _refuse_overwriting(outputs_path, "--outputs", plan=plan, inputs_file=inputs_path,
+                            workload=decode_options.get("workload"))
     kind = _plan_kind(plan)
     _check_run_options(plan, kind, _given_options())
     if kind == "decoder":
         return _run_decoder(plan, outputs_path, seed, as_json, op_profile, **decode_options)
 
     from .compiler.runtime.feeds_io import load_feeds, random_plan_feeds, save_outputs
+    from .compiler.runtime.index_contract import indexes_out_of_range
     from .compiler.runtime.session import PlanSession
 
     session = PlanSession(plan)
@@ -323,6 +390,8 @@ def run(plan, inputs_path, outputs_path, iterations, warmup, seed, as_json, op_p
     except BadInput as exc:
         raise BadInput(f"{inputs_path}: {exc}" if inputs_path else str(exc)) from exc
     except InfcError as exc:
+        if inputs_path and indexes_out_of_range(exc):  # the build's inputs indexed inside the tables; these do not
+            raise BadInput(f"{inputs_path}: an index in the inputs is outside the table it indexes: {exc}") from exc
         if inputs_path:
             raise
         raise InfcError(f"{exc} (on random inputs: a model whose control flow or indexes depend on input values "

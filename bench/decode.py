@@ -17,8 +17,9 @@
     python bench/decode.py --plan build/smollm2.plan [--hf-model DIR] [--static-batch 8] [--max-num-seqs 64]
     python bench/decode.py --fake        # the fake runner with a cost model: runs anywhere
 
-Results: bench/results/decode-<date>.json (--fake) or decode-<plan name>-<date>.json, and the
-markdown table in docs/decode-benchmark.md (or --doc).
+Results: bench/results/decode-<date>.json (--fake) or decode-<plan name>-<date>.json, and its
+markdown tables beside it (.md); --doc FILE writes the tables there instead (docs/decode-benchmark.md
+is assembled by hand from such runs: writing it whole would drop its other sections).
 """
 
 from __future__ import annotations
@@ -299,7 +300,7 @@ def main():
                         help="which continuous-vs-static comparisons the batching part runs")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"which of {', '.join(PARTS)} to run")
     parser.add_argument("--output", help="results JSON (default bench/results/decode[-<plan name>]-<date>.json)")
-    parser.add_argument("--doc", help="markdown table (default docs/decode-benchmark.md)")
+    parser.add_argument("--doc", help="markdown tables (default: beside the results JSON)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="cpu: time by this process's CPU time (a shared, loaded machine; not with --fake)")
     parser.add_argument("--no-write", action="store_true", help="print only; write neither results nor docs")
@@ -348,7 +349,7 @@ def main():
         name = f"decode-{date}.json" if args.fake else f"decode-{Path(args.plan).stem}-{date}.json"
         output = Path(args.output or ROOT / "bench" / "results" / name)
         output.write_text(json.dumps(results, indent=2, default=str))
-        Path(args.doc or ROOT / "docs" / "decode-benchmark.md").write_text(text + "\n")
+        Path(args.doc or output.with_suffix(".md")).write_text(text + "\n")
 
 
 if __name__ == "__main__":

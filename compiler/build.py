@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from .atomic import atomic_path
+from .atomic import atomic_path, check_writable
 from .build_phases import phase
 from .build_precision import PrecisionSettings, reduce_precision
 from .engine_cache import EngineCache, default_cache_dir
@@ -30,6 +30,7 @@ from .profile import (Profile, check_profile_matches_model, default_profile, def
 from .runtime.executor import Executor
 from .runtime.feeds_io import check_feeds, feeds_digest, gather_table_rows, random_inputs
 from .runtime.kernels import has_kernel
+from .runtime.shape_contract import contradicts_shapes
 from .target import target_fingerprint
 from .tune_whole import offer as offer_whole_model
 from .tune_whole import original_outputs
@@ -134,6 +135,10 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     cache, components, lookup, report, hit = cache_front(model_path, profile, options.key_options(), fingerprint,
                                                           options, output, started, log)
     if hit:
+        if options.verify:  # the cached plan, as `infc run` loads it, held to onnxruntime as a fresh build's is
+            with phase("verifying the cached plan against onnxruntime", options.show_progress):
+                hit["verify"] = _verify_plan_file(model_path, model, output, profile, given)
+            hit["build_s"] = round(time.perf_counter() - started, 4)  # the check is part of the command's time
         return hit
 
     spin = options.show_progress
@@ -234,6 +239,11 @@ def cache_front(model_path: Path, profile: Profile, key_options: dict, fingerpri
     """The engine cache in front of a build: on a hit the plan is copied to `output` and the finished
     report is returned as `hit`; on a miss the reason is logged and `hit` is None."""
     cache = EngineCache(options.cache_dir)
+    if options.use_cache:  # before any work: a build that cannot store its plan and timings fails at once
+        try:
+            check_writable(options.cache_dir, make_folder=True)
+        except BadInput as exc:
+            raise BadInput(f"{exc} (the engine cache folder: give --cache-dir DIR, or --no-cache)") from None
     components = cache.components(model_path, profile.digest(), key_options, fingerprint, __version__)
     lookup = cache.lookup(model_path, components) if options.use_cache else None
     report = {"plan": str(output), "target": options.target, "fingerprint": fingerprint, "cache_key": lookup.key if lookup else None}
@@ -284,16 +294,26 @@ def _explain_sample_failure(model_path: Path, model, program: Program, feeds: di
     try:
         session.run(None, feeds)
     except Exception as ort_exc:  # noqa: BLE001 - its message is the explanation
-        # given inputs stand in only at their own shapes: at other levels say so, not "give --inputs"
-        reason = error_reason(ort_exc)
-        hint = fixed_reshape_hint(model, str(ort_exc)) or (
-                "give representative inputs with --inputs FEEDS.npz" if given is None else
-                "--inputs stand in only at the profile level whose shapes they have ("
-                + ", ".join(f"{n} {list(a.shape)}" for n, a in given.items())
-                + "): give a profile whose min, opt and max are their shapes, or leave --profile out")
+        reason = error_reason(ort_exc, limit=500)  # onnxruntime's shape messages end with the shapes
+        hint = _sample_failure_hint(model, ort_exc, given)
         raise BadInput(f"{model_path}: the model does not run on random inputs at the profile's {level} shapes "
                        f"(onnxruntime fails too: {reason}); {hint}") from None
     raise exc
+
+
+def _sample_failure_hint(model, ort_exc: Exception, given: dict | None) -> str:
+    """What to do about a model that onnxruntime cannot run at a profile level either."""
+    if hint := fixed_reshape_hint(model, str(ort_exc)):
+        return hint
+    if given is None and contradicts_shapes(ort_exc):  # no values fix shapes that contradict each other
+        return ("the model does not take these shapes: profile only shapes it runs at (a TorchScript trace "
+                "fixes some lengths at export), or export it again with dynamic dims")
+    if given is None:
+        return "give representative inputs with --inputs FEEDS.npz"
+    # given inputs stand in only at their own shapes: at other levels say so, not "give --inputs"
+    return ("--inputs stand in only at the profile level whose shapes they have ("
+            + ", ".join(f"{n} {list(a.shape)}" for n, a in given.items())
+            + "): give a profile whose min, opt and max are their shapes, or leave --profile out")
 
 
 def _verify(model_path: Path, model, program: Program, profile: Profile, executor=None, given: dict | None = None,
@@ -315,6 +335,16 @@ def _verify(model_path: Path, model, program: Program, profile: Profile, executo
             **({"note": note} if note else {})}
 
 
+def _verify_plan_file(model_path: Path, model, plan_path: Path, profile: Profile, given: dict | None) -> dict:
+    from .runtime.session import PlanSession, _weights
+
+    session = PlanSession(plan_path)
+    meta = session.plan.meta
+    program = Program(meta["program"], _weights(session.plan), meta["inputs"], meta["outputs"], meta.get("opset", 17))
+    is_whole = bool(meta.get("conv_tactics", {}).get("whole_model"))
+    return _verify(model_path, model, program, profile, session.executor, given, optimized_reference=is_whole)
+
+
 def _reference_outputs(model_path: Path, model, names, feeds, optimize: bool):
     """onnxruntime's outputs for --verify. Where onnxruntime refuses or fails the model (a dynamo
     istft: int32 ScatterND indices) though infc runs it, the error says the plan builds without
@@ -334,6 +364,7 @@ def _check_output(output: Path) -> None:
         raise BadInput(f"{output}: is a directory")
     if not os.access(folder, os.W_OK):
         raise BadInput(f"{output}: output folder '{folder}' is not writable")
+    check_writable(output)
 
 
 def _copy_atomic(source: Path, target: Path) -> None:

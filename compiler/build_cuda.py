@@ -99,7 +99,8 @@ def gemm_sites(program: Program, shapes_by_level: dict, low: str | None = None) 
 
 
 def _buckets(low: int, high: int, m_buckets) -> list[int]:
-    first, last = bucket_of(low, m_buckets), bucket_of(high, m_buckets)
+    # a level with no rows (a batch or past length of 0 in the profile) has nothing to tune
+    first, last = bucket_of(max(low, 1), m_buckets), bucket_of(max(high, 1), m_buckets)
     return [b for b in m_buckets if first <= b <= last] or [last]
 
 

@@ -323,9 +323,13 @@ def print_build_report(report: dict, console: Console) -> None:
         console.print(f"memory: arena {memory['arena_bytes'] / 1e6:.2f} MB for {memory['sum_activation_bytes'] / 1e6:.2f} MB of activations")
     if report.get("precision"):
         print_precision(report["precision"], console)
-    if report.get("verify"):
+    if report.get("verify", {}).get("skipped"):
+        console.print(f"verify: not run: {report['verify']['skipped']}")
+    elif report.get("verify"):
         console.print(f"verify: max abs diff {report['verify']['max_abs_diff']:.3g}, max rel diff {report['verify']['max_rel_diff']:.3g}"
                       + (f" against {report['verify']['reference']}" if report['verify'].get('reference') else ""))
+        if report["verify"].get("greedy_tokens_agree"):
+            console.print(f"verify: greedy tokens agree {report['verify']['greedy_tokens_agree']}")
         if report["verify"].get("note"):
             console.print(f"verify note: {report['verify']['note']}")
     console.print(f"wrote {report['plan']} in {report['build_s']:.2f} s")

@@ -16,6 +16,7 @@ from .errors import BadInput
 DEFAULT_M_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 DEFAULT_BUDGET_S = 60.0
 TOP_LEVEL_KEYS = {"inputs", "dims", "tune", "decode"}
+TUNE_KEYS = {"m_buckets", "budget_s"}
 DECODE_KEYS = {"max_num_seqs", "max_num_batched_tokens", "block_size", "num_kv_blocks", "max_model_len"}
 # YAML 1.1 reads bare on/off/yes/no/true/false as booleans and null/~ as None; no profile field is
 # either, but input and dim names can be (an EmbeddingBag's `off`sets input), so they stay text
@@ -88,6 +89,9 @@ def parse_profile(data, source: str) -> Profile:
     tune = data.get("tune") or {}
     if not isinstance(tune, dict):
         raise BadInput(f"{source}: 'tune' must be a mapping")
+    if set(tune) - TUNE_KEYS:  # a typo'd key would be ignored: the build would tune other buckets than asked
+        raise BadInput(f"{source}: tune.{sorted(set(tune) - TUNE_KEYS)[0]}: unknown key "
+                       f"(expected {', '.join(sorted(TUNE_KEYS))})")
     buckets = tune.get("m_buckets", list(DEFAULT_M_BUCKETS))
     if not isinstance(buckets, list) or not buckets or not all(isinstance(b, int) and b > 0 for b in buckets):
         raise BadInput(f"{source}: tune.m_buckets must be a list of positive integers")
@@ -95,12 +99,15 @@ def parse_profile(data, source: str) -> Profile:
     if not isinstance(budget, (int, float)) or budget < 0:
         raise BadInput(f"{source}: tune.budget_s must be a number >= 0")
     decode = data.get("decode") or {}
-    if not isinstance(decode, dict) or set(decode) - DECODE_KEYS:
-        bad = sorted(set(decode) - DECODE_KEYS)[0] if isinstance(decode, dict) else "decode"
-        raise BadInput(f"{source}: decode.{bad}: unknown key (expected {', '.join(sorted(DECODE_KEYS))})")
+    if not isinstance(decode, dict):
+        raise BadInput(f"{source}: 'decode' must be a mapping")
+    if set(decode) - DECODE_KEYS:
+        raise BadInput(f"{source}: decode.{sorted(set(decode) - DECODE_KEYS)[0]}: unknown key "
+                       f"(expected {', '.join(sorted(DECODE_KEYS))})")
     for key, value in decode.items():
-        if not (isinstance(value, int) and value > 0) and not (key == "num_kv_blocks" and value == "auto"):
-            raise BadInput(f"{source}: decode.{key} must be a positive integer")
+        if not (isinstance(value, int) and not isinstance(value, bool) and value > 0) and not (key == "num_kv_blocks" and value == "auto"):
+            raise BadInput(f"{source}: decode.{key} must be a positive integer"
+                           + (" or auto" if key == "num_kv_blocks" else "") + f", got {value!r}")
     return Profile(inputs, tuple(sorted(set(buckets))), float(budget), decode, source)
 
 

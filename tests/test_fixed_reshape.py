@@ -31,3 +31,22 @@ def test_a_reshape_to_a_constant_shape_is_named(tmp_path):
     profile.write_text("inputs:\n  x: [1, 4, 3]\n")  # the shapes it was exported for
     build(str(model), str(profile), str(tmp_path / "p.plan"), BuildOptions(use_cache=False, show_progress=False))
     assert (tmp_path / "p.plan").exists()
+
+
+def test_a_reshape_half_fixed_at_export_says_the_shapes_not_the_values(tmp_path):
+    """A TorchScript trace's Reshape target mixes a live dim with lengths fixed at export (a
+    TransformerEncoder's heads reshape: [T, B * heads, head_dim] with T traced): no inputs make it run
+    at other lengths, so the error says so (it asked for representative inputs) and keeps the shapes."""
+    model, profile = tmp_path / "m.onnx", tmp_path / "p.yaml"
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), helper.make_node("Gather", ["shape", "zero"], ["batch"]),
+             helper.make_node("Concat", ["batch", "traced"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"], name="heads")]
+    graph = helper.make_graph(nodes, "half_fixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, 4])],
+                              [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+                               numpy_helper.from_array(np.array([2, 4], np.int64), "traced")])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), model)
+    profile.write_text("inputs:\n  x: {min: [1, 6], opt: [2, 8], max: [4, 8]}\n")
+    with pytest.raises(BadInput, match=r"requested shape:\{1,2,4\}\); the model does not take these shapes: profile "
+                                       r"only shapes it runs at"):
+        build(str(model), str(profile), str(tmp_path / "p.plan"), BuildOptions(use_cache=False, show_progress=False))

@@ -33,6 +33,10 @@ def test_static_range_and_named_dims():
     ({"inputs": {"x": [1]}, "tune": {"m_buckets": [0]}}, "tune.m_buckets"),
     ({"inputs": {"x": [1]}, "decode": {"block_sise": 16}}, "decode.block_sise"),
     ({"inputs": {"x": [1]}, "extra": 1}, "unknown key 'extra'"),
+    # docsmatch sweep: a typo'd tune key was ignored, `decode: 5` read as an unknown key 'decode.decode'
+    ({"inputs": {"x": [1]}, "tune": {"m_bucket": [1, 8]}}, "tune.m_bucket: unknown key"),
+    ({"inputs": {"x": [1]}, "decode": 5}, "'decode' must be a mapping"),
+    ({"inputs": {"x": [1]}, "decode": {"num_kv_blocks": "autox"}}, "decode.num_kv_blocks must be a positive integer or auto, got 'autox'"),
 ])
 def test_malformed_profiles_name_the_field(data, fragment):
     with pytest.raises(BadInput, match=None) as info:

@@ -80,7 +80,7 @@ def build_decoder_plan(model_path: Path, handed: list[onnx.ModelProto], profile:
     cache, components, lookup, report, hit = cache_front(model_path, profile, key_options, fingerprint, options,
                                                           output, started, log)
     if hit:
-        return hit
+        return _verified(hit, handed[0], output, options)
 
     export_dtype = half_kind(handed[0])
     if export_dtype:
@@ -115,10 +115,27 @@ def build_decoder_plan(model_path: Path, handed: list[onnx.ModelProto], profile:
     write_plan(output, meta, sections)
     if options.use_cache:
         cache.store(lookup.key, output, model_path, components, {"summary": _summary(meta)})
-    return {**report, "cache_hit": False, "cache_reason": lookup.reason if lookup else "disabled",
-            "build_s": round(time.perf_counter() - started, 4), **_summary(meta), "decoder": _brief(decoder),
-            **({"export_dtype": export_dtype} if export_dtype else {}),
-            **({"precision": precision} if precision else {})}
+    built = {**report, "cache_hit": False, "cache_reason": lookup.reason if lookup else "disabled",
+             "build_s": round(time.perf_counter() - started, 4), **_summary(meta), "decoder": _brief(decoder),
+             **({"export_dtype": export_dtype} if export_dtype else {}),
+             **({"precision": precision} if precision else {})}
+    return _verified(built, None, output, options, model_path)
+
+
+def _verified(report: dict, model, output: Path, options, model_path: Path | None = None) -> dict:
+    """--verify: the written plan's runner against onnxruntime on the original export (decoder/verify.py);
+    `model`: the loaded export, or None to load it again (the build dropped it once optimized)."""
+    if not options.verify:
+        return report
+    from ..build_phases import phase
+    from ..model_io import load_model
+    from .verify import verify_decoder_plan
+
+    started = time.perf_counter()
+    with phase("verifying the plan against onnxruntime", options.show_progress):
+        report["verify"] = verify_decoder_plan(model if model is not None else load_model(model_path), output)
+    report["build_s"] = round(report["build_s"] + time.perf_counter() - started, 4)  # as a one-shot build counts it
+    return report
 
 
 def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):

@@ -36,6 +36,8 @@ def calibration_files(path: str | Path) -> list[Path]:
 
 
 def _samples_in(file: Path, ranks: dict[str, int]) -> Iterator[dict[str, np.ndarray]]:
+    if not zipfile.is_zipfile(file):  # np.load would read a .npy as one array, or try to unpickle text
+        raise BadInput(f"{file}: not an .npz archive (np.savez writes one, keyed by input name)")
     try:
         data = np.load(file, allow_pickle=False)  # never unpickle: calibration data is data
     except (ValueError, OSError, zipfile.BadZipFile) as exc:

@@ -15,6 +15,8 @@ from ..errors import BadInput
 def load_feeds(path: str) -> dict[str, np.ndarray]:
     if not Path(path).is_file():
         raise BadInput(f"{path}: no such inputs file")
+    if not zipfile.is_zipfile(path):  # np.load would read a .npy as one array, or try to unpickle text
+        raise BadInput(f"{path}: not an .npz archive (np.savez writes one, keyed by input name)")
     try:
         with np.load(path, allow_pickle=False) as data:  # never unpickle: inputs are data
             return {name: data[name] for name in data.files}

@@ -19,11 +19,22 @@ from .feeds_io import check_feeds
 def _weights(plan) -> dict[str, np.ndarray]:
     weights = {}
     for name, info in plan.meta["weights"].items():
-        dtype = np.dtype(info["dtype"])
+        dtype, section = _weight_dtype(plan, name, info), plan.sections.get(info.get("section"))
         count = int(np.prod(info["shape"])) if info["shape"] else 1
-        array = np.frombuffer(plan.sections[info["section"]], dtype=dtype, count=count, offset=info["offset"])
+        # the checksums vouch for the bytes, not for a table edited and re-hashed: its entries stay in their section
+        if section is None or not 0 <= info["offset"] <= len(section) - count * dtype.itemsize:
+            raise BadInput(f"{plan.path}: corrupt plan (weight '{name}' lies outside its section)")
+        array = np.frombuffer(section, dtype=dtype, count=count, offset=info["offset"])
         weights[name] = array.reshape(info["shape"])
     return weights
+
+
+def _weight_dtype(plan, name: str, info: dict) -> np.dtype:
+    try:
+        return np.dtype(info["dtype"])
+    except TypeError:
+        raise BadInput(f"{plan.path}: corrupt plan (weight '{name}' has dtype "
+                       f"{info['dtype']!r})") from None
 
 
 class PlanSession:
@@ -44,8 +55,12 @@ class PlanSession:
 
             self.executor = device_executor(self.plan, _weights(self.plan))
         else:
-            self.executor = Executor(meta["program"], _weights(self.plan), meta.get("opset", 17), islands,
-                                     output_names=self.output_names)
+            weights = _weights(self.plan)
+            try:
+                self.executor = Executor(meta["program"], weights, meta.get("opset", 17), islands,
+                                         output_names=self.output_names)
+            except BadInput as exc:  # a step this runtime has no kernel for, say: name the plan
+                raise BadInput(f"{self.path}: {exc}") from None
         self._warned_outside_profile = False
 
     def check_feeds(self, feeds: dict[str, np.ndarray], source: str) -> dict[str, np.ndarray]:

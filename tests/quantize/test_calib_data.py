@@ -38,7 +38,7 @@ def test_reading_is_lazy(model, tmp_path):
     (tmp_path / "b.npz").write_bytes(b"not a zip")
     samples = iter_calibration(tmp_path, model)
     assert next(samples)["a"][0, 0] == 1  # the broken second file is not touched yet
-    with pytest.raises(BadInput, match="b.npz: not a readable .npz"):
+    with pytest.raises(BadInput, match="b.npz: not an .npz archive"):
         next(samples)
 
 
