@@ -58,6 +58,8 @@ def main() -> int:
     parser.add_argument("--seeds", default="0-49", help="e.g. 0-199 or 3,17,40-45")
     parser.add_argument("--keep", type=Path, help="leave failing seeds' models and profiles here")
     parser.add_argument("--json", action="store_true", help="one JSON object per seed on stdout")
+    parser.add_argument("--forms", choices=("all", "classic"), default="all",
+                        help="classic: only the first op table, no opset or float16 variants (the seeds of before)")
     parser.add_argument("--precision", choices=("fp16", "bf16"), help="check reduced-precision plans instead: "
                         "within their tolerance on fresh inputs, or saying they are not")
     args = parser.parse_args()
@@ -65,8 +67,8 @@ def main() -> int:
     for seed in _seeds(args.seeds):
         with tempfile.TemporaryDirectory() as tmp:
             try:
-                result = (check_precision(seed, Path(tmp), args.precision) if args.precision
-                          else check_seed(seed, Path(tmp)))
+                result = (check_precision(seed, Path(tmp), args.precision, args.forms) if args.precision
+                          else check_seed(seed, Path(tmp), args.forms))
                 bad = result.get("findings", [])
             except Exception as exc:  # noqa: BLE001 - a crash is a finding, reported with its seed
                 result = {"seed": seed, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
@@ -74,7 +76,7 @@ def main() -> int:
                 bad = ["error"]
             if bad and args.keep:
                 args.keep.mkdir(parents=True, exist_ok=True)
-                model, levels = random_case(seed)
+                model, levels = random_case(seed, args.forms)
                 onnx.save(model, args.keep / f"fuzz_{seed}.onnx")
                 (args.keep / f"fuzz_{seed}.yaml").write_text(json.dumps({"inputs": {
                     name: {level: shapes[name] for level, shapes in levels.items()} for name in levels["opt"]}}))

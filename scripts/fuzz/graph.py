@@ -8,6 +8,7 @@ import numpy as np
 from onnx import helper
 
 F32 = np.float32
+LATE = "fuzz.late"  # ops newer than the opset the graph is written in; moved to the default domain at the end
 
 
 @dataclass
@@ -22,6 +23,10 @@ class Graph:
     mask_varies: bool = False
     mask_used: bool = False
     ids_used: bool = False  # token ids [batch, length] beside the mask
+    # how the seed is judged: "quantized" (a Q/DQ rounding may flip on a 1-ulp difference before it),
+    # "fp16" (values rounded to float16), "late" (ops of opset 23 written in the placeholder domain LATE)
+    flags: set = field(default_factory=set)
+    extra_outputs: list = field(default_factory=list)  # (name, dims) of outputs off the batch-first walk
 
     def name(self, stem: str) -> str:
         self.count += 1

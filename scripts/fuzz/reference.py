@@ -14,32 +14,39 @@ from .graph import F32
 
 
 def as_double(model: onnx.ModelProto) -> onnx.ModelProto:
+    # a model in float16 throughout is widened whole; in a float32 model a Cast to float16 is a
+    # rounding the model means, kept
     """The model in float64: onnxruntime's float32 reference carries its own rounding (1 + tanh(-5)
     is 0 in float32), so a finding is an error well past what onnxruntime's float32 run makes."""
     double = onnx.ModelProto()
     double.CopyFrom(model)
     graph = double.graph
-    _value_types_to_double(graph)
+    widened = (TensorProto.FLOAT, TensorProto.FLOAT16) if _is_float16_model(model) else (TensorProto.FLOAT,)
+    _value_types_to_double(graph, widened)
     float_only = {n.input[2] for n in graph.node if n.op_type == "Resize" and len(n.input) > 2}  # scales
     for index, tensor in enumerate(graph.initializer):
-        if tensor.data_type == TensorProto.FLOAT and tensor.name not in float_only:
+        if tensor.data_type in widened and tensor.name not in float_only:
             graph.initializer[index].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float64),
                                                                       tensor.name))
     _decompose_instance_norms(double)
     return double
 
 
-def _value_types_to_double(graph: onnx.GraphProto) -> None:
-    """Declared float32 values and Casts to float32 as float64, in If branches too."""
+def _is_float16_model(model: onnx.ModelProto) -> bool:
+    return model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16
+
+
+def _value_types_to_double(graph: onnx.GraphProto, widened: tuple) -> None:
+    """Declared float values and Casts to them as float64, in subgraphs too."""
     for value in [*graph.input, *graph.output, *graph.value_info]:
-        if value.type.tensor_type.elem_type == TensorProto.FLOAT:
+        if value.type.tensor_type.elem_type in widened:
             value.type.tensor_type.elem_type = TensorProto.DOUBLE
     for node in graph.node:
         for attr in node.attribute:
-            if node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.FLOAT:
+            if node.op_type == "Cast" and attr.name == "to" and attr.i in widened:
                 attr.i = TensorProto.DOUBLE
             if attr.type == onnx.AttributeProto.GRAPH:
-                _value_types_to_double(attr.g)
+                _value_types_to_double(attr.g, widened)
 
 
 def _decompose_instance_norms(model: onnx.ModelProto) -> None:
@@ -97,10 +104,12 @@ def run_double(model: onnx.ModelProto, feeds_by_level: dict) -> tuple[dict | Non
     for in_float32 in range(64):
         try:
             session = ort_session(double)
-            return {level: session.run(names, {k: v.astype(np.float64) if v.dtype == F32 else v for k, v in feeds.items()})
+            return {level: session.run(names, {k: v.astype(np.float64) if v.dtype in (F32, np.float16) else v for k, v in feeds.items()})
                     for level, feeds in feeds_by_level.items()}, in_float32
         except Exception as exc:  # noqa: BLE001 - onnxruntime names the node it has no kernel for
-            found = re.search(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'", str(exc))
+            found = re.search(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'", str(exc)) \
+                or re.search(r"Type 'tensor\(double\)' of \w+ parameter \(\S+\) of operator \((\w+)\) in node \(([^)]*)\)",
+                             str(exc))  # the op's type constraints leave out float64 (QuantizeLinear, Range)
             if not found:
                 return None, 0
             op, name = found.groups()
@@ -130,8 +139,9 @@ def _in_float32(model: onnx.ModelProto, node_name: str) -> None:
                 if name not in original[:index]:  # Mean(a, a, a) casts a once
                     nodes.append(helper.make_node("Cast", [name], [f"{name}/f32/{node_name}"], to=TensorProto.FLOAT))
                 node.input[index] = f"{name}/f32/{node_name}"
-        outputs = list(node.output)
-        node.output[:] = [f"{o}/f32" for o in outputs]
+        # its float outputs back to float64; integer ones (QuantizeLinear's) as they are
+        outputs = [o for o in node.output if types.get(o, TensorProto.DOUBLE) in (TensorProto.DOUBLE, TensorProto.FLOAT)]
+        node.output[:] = [f"{o}/f32" if o in outputs else o for o in node.output]
         nodes.append(node)
         nodes += [helper.make_node("Cast", [f"{o}/f32"], [o], to=TensorProto.DOUBLE) for o in outputs]
     del model.graph.node[:]

@@ -9,9 +9,15 @@ from .ops_control import _if
 from .ops_elementwise import (_binary_const, _clip, _gelu_erf, _gelu_tanh, _powers, _prelu, _residual, _silu, _unary,
                               _variadic)
 from .ops_image import _conv, _conv1d, _conv_transpose, _depth_space, _pool, _resize
+from .ops_index import (_argmax, _expand_to_shape, _gather_nd, _nonzero, _range_ramp, _scatter_elements,
+                        _where_broadcast)
 from .ops_linear import _attention, _gemm, _matmul, _matmul_self
+from .ops_loop import _loop_counted, _loop_over_axis, _scan, _sequence
+from .ops_more import (_conv_transpose_grouped, _einsum, _group_norm_op, _half_island, _pad_crop, _resize_modes,
+                       _rms_norm_op)
 from .ops_norm import (_batchnorm, _group_norm_decomposed, _instance_norm, _layernorm, _layernorm_decomposed, _reduce,
                        _reduce_spatial, _rmsnorm, _softmax)
+from .ops_quant import _matmul_integer, _qdq_add, _qdq_conv, _qdq_matmul, _qlinear_conv, _qlinear_matmul
 from .ops_shape import (_concat, _cumsum, _expand, _flatten, _gather, _pad, _reshape_merge, _reshape_split, _shape_reshape,
                         _slice, _split, _tile, _topk, _transpose, _unsqueeze_squeeze, _where)
 
@@ -40,6 +46,22 @@ OPS = {
     "topk": (ANY, _topk), "mha": ((3,), _mha), "mha2": ((3,), _mha), "masked_fill": ((3,), _masked_fill),
     "if": (ANY, _if), "embeddings": ((3,), _embeddings), "embeddings2": ((3,), _embeddings),
 }
+
+# forms added after the first ~60: drawn by default, left out with --forms classic (whose seeds then
+# build the models they always built)
+NEW_OPS = {
+    "qdq_matmul": (ANY, _qdq_matmul), "qdq_conv": ((4,), _qdq_conv), "qdq_add": (ANY, _qdq_add),
+    "qlinear_matmul": (ANY, _qlinear_matmul), "qlinear_conv": ((4,), _qlinear_conv),
+    "matmul_integer": (ANY, _matmul_integer), "loop_counted": (ANY, _loop_counted),
+    "loop_over_axis": ((3, 4), _loop_over_axis), "scan": ((3, 4), _scan), "sequence": (ANY, _sequence),
+    "argmax": ((3, 4), _argmax), "gather_nd": ((3, 4), _gather_nd), "scatter_elements": (ANY, _scatter_elements),
+    "where_broadcast": (ANY, _where_broadcast), "expand_to_shape": (ANY, _expand_to_shape),
+    "range_ramp": (ANY, _range_ramp), "nonzero": (ANY, _nonzero), "einsum": (ANY, _einsum),
+    "group_norm_op": ((3, 4), _group_norm_op), "rms_norm_op": (ANY, _rms_norm_op), "resize_modes": ((4,), _resize_modes),
+    "conv_transpose_grouped": ((4,), _conv_transpose_grouped), "pad_crop": (ANY, _pad_crop),
+    "half_island": (ANY, _half_island),
+}
+FORMS = {"classic": OPS, "all": {**OPS, **NEW_OPS}}
 
 # (shape at the opt level, the axes that may vary): images of any height and width, sequences of any length
 START_SHAPES = (((1, 6, 10, 12), {2, 3}), ((1, 4, 8, 8), {2, 3}), ((1, 12, 16), {1}), ((1, 7, 24), {1}), ((1, 20), set()))
