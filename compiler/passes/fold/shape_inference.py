@@ -232,6 +232,9 @@ class InferShapes:
             return 0
         num_known = 0
         seen: dict[int, tuple | None] = {}  # a tensor object two scopes share gets one answer
+        # the model's outputs as it declares them: where onnx infers no shape, the declaration stays
+        # (dropped, onnxruntime could not size a Scan fed by a Loop's stacked output: fuzz_graphs)
+        declared_outputs = {id(t) for t in graph.outputs if t.shape is not None}
         for scope, g in _scoped_graphs(graph):
             for tensor in g.tensors().values():
                 if isinstance(tensor, gs.Constant) or tensor in g.inputs:
@@ -242,13 +245,16 @@ class InferShapes:
                         continue
                     entry = None  # two answers for one object: confirm neither
                 seen[id(tensor)] = entry
+                keeps_declared = id(tensor) in declared_outputs and (entry is None or entry[1] is None)
                 if entry is None:
-                    tensor.shape = None  # never keep a declared shape that inference could not confirm
+                    if not keeps_declared:
+                        tensor.shape = None  # never keep a declared shape that inference could not confirm
                     continue
                 elem_type, dims = entry
                 if elem_type:
                     tensor.dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
-                tensor.shape = dims
+                if not keeps_declared:
+                    tensor.shape = dims
                 num_known += 1
         stats.record_match("values_with_inferred_type", 0)
         stats.rule("values_with_inferred_type").matched = num_known
