@@ -32,8 +32,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
-import traceback
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import onnx
@@ -41,7 +41,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the fuzz package beside this script
 
 from fuzz.builder import _feeds, random_case, random_model  # noqa: E402,F401 - the names tests and users import
-from fuzz.check import check_precision, check_seed  # noqa: E402
+from fuzz.check import check_precision, check_seed, run_one  # noqa: E402,F401
 from fuzz.reference import as_double, run_double  # noqa: E402,F401
 
 
@@ -64,22 +64,22 @@ def main() -> int:
                         "within their tolerance on fresh inputs, or saying they are not")
     args = parser.parse_args()
     failures = 0
+    worker = None  # one process the seeds run in; a native crash (onnxruntime aborting) takes only it down
     for seed in _seeds(args.seeds):
-        with tempfile.TemporaryDirectory() as tmp:
-            try:
-                result = (check_precision(seed, Path(tmp), args.precision, args.forms) if args.precision
-                          else check_seed(seed, Path(tmp), args.forms))
-                bad = result.get("findings", [])
-            except Exception as exc:  # noqa: BLE001 - a crash is a finding, reported with its seed
-                result = {"seed": seed, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
-                          "trace": traceback.format_exc(limit=-3)}
-                bad = ["error"]
-            if bad and args.keep:
-                args.keep.mkdir(parents=True, exist_ok=True)
-                model, levels = random_case(seed, args.forms)
-                onnx.save(model, args.keep / f"fuzz_{seed}.onnx")
-                (args.keep / f"fuzz_{seed}.yaml").write_text(json.dumps({"inputs": {
-                    name: {level: shapes[name] for level, shapes in levels.items()} for name in levels["opt"]}}))
+        worker = worker or ProcessPoolExecutor(max_workers=1)
+        try:
+            result = worker.submit(run_one, seed, args.forms, args.precision).result()
+        except BrokenProcessPool:
+            result = {"seed": seed, "error": "the process died: a native crash (onnxruntime's optimizer aborts on "
+                      "some graphs, scripts/fuzz/check.py run_one)"}
+            worker = None
+        bad = ["error"] if "error" in result else result.get("findings", [])
+        if bad and args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            model, levels = random_case(seed, args.forms)
+            onnx.save(model, args.keep / f"fuzz_{seed}.onnx")
+            (args.keep / f"fuzz_{seed}.yaml").write_text(json.dumps({"inputs": {
+                name: {level: shapes[name] for level, shapes in levels.items()} for name in levels["opt"]}}))
         failures += bool(bad)
         if args.json:
             print(json.dumps({k: v for k, v in result.items() if k != "trace"}), flush=True)

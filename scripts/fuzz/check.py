@@ -4,6 +4,8 @@ reference; and the reduced-precision check."""
 from __future__ import annotations
 
 import os
+import tempfile
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +167,14 @@ def check_precision(seed: int, folder: Path, precision: str, forms: str = "all")
     if error > PRECISION_SLACK * DEFAULT_TOLERANCE and accuracy.get("within_tolerance") is not False:
         result["findings"].append("q_rel")
     return result
+
+
+def run_one(seed: int, forms: str = "all", precision: str | None = None) -> dict:
+    """One seed's result; an exception in it is a finding (error, with the trace's last frames)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            return (check_precision(seed, Path(tmp), precision, forms) if precision
+                    else check_seed(seed, Path(tmp), forms))
+        except Exception as exc:  # noqa: BLE001 - reported with its seed
+            return {"seed": seed, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+                    "trace": traceback.format_exc(limit=-3)}

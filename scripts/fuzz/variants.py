@@ -56,7 +56,8 @@ def as_float16(model: onnx.ModelProto) -> onnx.ModelProto:
     ranges = [n for g in _graphs(half.graph) for n in g.node if n.op_type == "Range"]
     float_only |= {i for n in ranges for i in n.input}
     for graph in _graphs(half.graph):
-        for value in [*graph.input, *graph.output, *graph.value_info]:
+        del graph.value_info[:]  # what the converter inferred in float32; onnxruntime infers again
+        for value in [*graph.input, *graph.output]:
             if value.type.tensor_type.elem_type == TensorProto.FLOAT:
                 value.type.tensor_type.elem_type = TensorProto.FLOAT16
         for index, tensor in enumerate(graph.initializer):
