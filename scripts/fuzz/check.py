@@ -34,9 +34,10 @@ def _worst(expected: list, actual: list) -> float:
 # (first threshold, float64 floor) by the seed's flags: a value rounded to float16 carries a whole
 # float16 step (5e-4 relative) for any 1-ulp difference before it
 TOLERANCES = {"fp16_model": (2e-3, 1e-2), "fp16": (2e-3, 1e-2)}
-# a Q/DQ rounding flips on a 1-ulp difference before it, a whole quantization step after: such a
+# a Q/DQ rounding, or a comparison of float16 values, flips on a 1-ulp difference before it (a whole
+# quantization step after, or the other branch of a Where): such a
 # seed is judged on three feeds and a finding is one that all three show
-NUM_FEEDS = {"quantized": 3}
+NUM_FEEDS = {"quantized": 3, "fp16_model": 3, "fp16": 3}
 
 
 def check_seed(seed: int, folder: Path, forms: str = "all") -> dict:
@@ -84,15 +85,19 @@ def check_seed(seed: int, folder: Path, forms: str = "all") -> dict:
                 return False
         return True
 
-    def judge(check: str, level: str, run, *others) -> None:
-        """A finding: off on every feed, from onnxruntime on the original and from each of `others`
-        (the original through onnxruntime's own optimizer, whose QDQ fusions round differently)."""
+    def is_finding(check: str, level: str, run, *others) -> bool:
+        """Off on every feed, from onnxruntime on the original and from each of `others` (the original
+        through onnxruntime's own optimizer, whose QDQ fusions round differently)."""
         for k, f in enumerate(feeds[level]):
             actual = run(f)
             if not is_off(check, level, k, actual, expected[level][k]) or \
                     any(not is_off(check, level, k, actual, other(f)) for other in others):
-                return
-        result["findings"].append(check)
+                return False
+        return True
+
+    def judge(check: str, level: str, run, *others) -> None:
+        if is_finding(check, level, run, *others):
+            result["findings"].append(check)
 
     optimized = optimize_model(model).model
     try:
@@ -100,8 +105,16 @@ def check_seed(seed: int, folder: Path, forms: str = "all") -> dict:
     except Exception:  # noqa: BLE001 - onnxruntime's optimizer failing on the original is not ours
         return {"seed": seed, "skipped": "onnxruntime's optimizer fails on the original model"}
     session = ort_session(optimized, optimize=True)  # as users run it: onnxruntime's fusions on top of infc's
+    plain_session = ort_session(optimized)
     for level in levels:
-        judge(f"optimize_{level}", level, lambda f: session.run(names, f), lambda f: original_optimized.run(names, f))
+        check = f"optimize_{level}"
+        if is_finding(check, level, lambda f: session.run(names, f), lambda f: original_optimized.run(names, f)):
+            # infc's model right in onnxruntime without its optimizer: the difference is what those
+            # fusions make of infc's graph (QLinear kernels rounding once where QDQ rounds twice)
+            if is_finding(check, level, lambda f: plain_session.run(names, f)):
+                result["findings"].append(check)
+            else:
+                result.setdefault("onnxruntime_fusions_differ", []).append(check)
     path, profile, plan = folder / "model.onnx", folder / "profile.yaml", folder / "plan.bin"
     onnx.save(model, path)
     profile.write_text(yaml.safe_dump({"inputs": {name: {level: shapes[name] for level, shapes in levels.items()}
