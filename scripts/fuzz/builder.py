@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from .graph import F32, LATE, Graph
 from .ops_attention import VOCAB
-from .table import AXIS_LEVELS, BATCHES, DIM_NAMES, FORMS, MAX_ELEMENTS, START_SHAPES
+from .table import AXIS_LEVELS, BATCHES, DIM_NAMES, EXCLUDED_BY_FLAG, FORMS, MAX_ELEMENTS, START_SHAPES
 from .variants import as_float16, converted, older
 
 # the share of seeds (drawn off a second generator, so the walk itself stays the seed's) at an older
@@ -35,7 +35,8 @@ def random_case(seed: int, forms: str = "all") -> tuple[onnx.ModelProto, dict[st
         if len(g.nodes) > 1 and rng.integers(4) == 0:  # branch off an earlier value
             current = str(rng.choice(list(g.shapes)))
         shape = g.shapes[current]
-        choices = [k for k, (ranks, _) in ops.items() if len(shape) in ranks]
+        excluded = set().union(*(EXCLUDED_BY_FLAG.get(flag, set()) for flag in g.flags))
+        choices = [k for k, (ranks, _) in ops.items() if len(shape) in ranks and k not in excluded]
         assert choices, f"no op takes rank {len(shape)} ({current})"
         for _attempt in range(8):
             made = ops[str(rng.choice(choices))][1](g, current, shape)

@@ -56,7 +56,7 @@ def _decompose_instance_norms(model: onnx.ModelProto) -> None:
     ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.graph.input, *inferred.graph.value_info]}
     nodes = []
     for node in model.graph.node:
-        if node.op_type != "InstanceNormalization" or node.input[0] not in ranks:
+        if node.op_type != "InstanceNormalization" or ranks.get(node.input[0], 0) < 3:  # rank unknown: left whole
             nodes.append(node)
             continue
         x, scale, bias = node.input

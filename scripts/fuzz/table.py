@@ -62,6 +62,12 @@ NEW_OPS = {
     "half_island": (ANY, _half_island),
 }
 FORMS = {"classic": OPS, "all": {**OPS, **NEW_OPS}}
+# forms a seed does not mix, by the flag the first one drawn sets: onnxruntime computes a float16
+# stretch between Casts in float32 on the CPU (its inserted Casts cancel the model's), so a
+# QuantizeLinear after one rounds its ties one way there and the other way in infc, which follows
+# the model; neither reference can judge that
+EXCLUDED_BY_FLAG = {"fp16": {"qdq_matmul", "qdq_conv", "qdq_add", "qlinear_matmul", "qlinear_conv", "matmul_integer"},
+                    "quantized": {"half_island"}}
 
 # (shape at the opt level, the axes that may vary): images of any height and width, sequences of any length
 START_SHAPES = (((1, 6, 10, 12), {2, 3}), ((1, 4, 8, 8), {2, 3}), ((1, 12, 16), {1}), ((1, 7, 24), {1}), ((1, 20), set()))
