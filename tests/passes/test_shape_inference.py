@@ -1,5 +1,6 @@
 """compiler/passes/fold/shape_inference.py: where onnx infers no shape for a graph output, the
-model's own declaration of it stays in the optimized model."""
+model's own declaration of it stays in the optimized model; elements taken out of a sequence do not
+share onnx's placeholder symbol for their unknown dims."""
 
 import numpy as np
 import onnx
@@ -63,3 +64,35 @@ def test_declared_output_shapes_stay_where_onnx_infers_none():
     got = ort_session(optimized, optimize=True).run(None, {"x": x})  # failed: the Scan's body had no shapes
     for w, g in zip(want, got):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def _split_parts_rotated() -> onnx.ModelProto:
+    """x split into a sequence of two parts of different widths (3 and 5), taken out, one through a
+    Relu, and concatenated the other way round: onnx gives both SequenceAt outputs the sequence's
+    element type, whose unknown width is one placeholder symbol for both."""
+    nodes = [
+        helper.make_node("SplitToSequence", ["x", "sizes"], ["parts"], axis=2),
+        helper.make_node("SequenceAt", ["parts", "first"], ["head"]),
+        helper.make_node("SequenceAt", ["parts", "last"], ["tail"]),
+        helper.make_node("Relu", ["head"], ["head_relu"]),
+        helper.make_node("SequenceConstruct", ["tail", "head_relu"], ["rotated"]),
+        helper.make_node("ConcatFromSequence", ["rotated"], ["joined"], axis=2),
+        helper.make_node("MatMul", ["joined", "w"], ["y"]),
+    ]
+    consts = [numpy_helper.from_array(np.array([3, 5], np.int64), "sizes"),
+              numpy_helper.from_array(np.array(0, np.int64), "first"), numpy_helper.from_array(np.array(-1, np.int64), "last"),
+              numpy_helper.from_array(np.random.default_rng(1).standard_normal((8, 4)).astype(np.float32), "w")]
+    graph = helper.make_graph(nodes, "parts", [_float("x", ["batch", 7, 8])], [_float("y", ["batch", 7, 4])], consts)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_sequence_elements_of_different_sizes_are_not_declared_equal():
+    model = _split_parts_rotated()
+    optimized = optimize_model(model).model
+    dims = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in optimized.graph.value_info}
+    head, tail = dims.get("head", [0])[-1], dims.get("tail", [0])[-1]
+    assert not (head and head == tail), (head, tail)  # 3 and 5 wide: no one symbol for both
+    x = np.random.default_rng(0).standard_normal((2, 7, 8)).astype(np.float32)
+    want = ort_session(model).run(None, {"x": x})[0]
+    got = ort_session(optimized, optimize=True).run(None, {"x": x})[0]  # failed: one buffer planned for both parts
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -171,6 +171,20 @@ def _elem_types(model: onnx.ModelProto):
     return elem_type
 
 
+# ops whose output is one element of a sequence: onnx gives it the sequence's element type, whose
+# unknown dims carry one placeholder symbol ('unk__0') for every element, so two SequenceAt of parts
+# of different sizes read as equal; written to the optimized model, onnxruntime planned one buffer
+# for both and failed ('Shape mismatch attempting to re-use buffer', fuzz_graphs seed 1009)
+ELEMENT_READS = frozenset({"SequenceAt"})
+PLACEHOLDER_PREFIX = "unk__"  # onnx's name for a dim it knows nothing of
+
+
+def _without_placeholders(dims: list | None) -> list | None:
+    if dims is None:
+        return None
+    return [None if isinstance(d, str) and d.startswith(PLACEHOLDER_PREFIX) else d for d in dims]
+
+
 Scope = tuple  # a subgraph's path from the main graph: ((node index, attribute name[, index]), ...)
 
 
@@ -187,6 +201,10 @@ def _collect(graph: onnx.GraphProto) -> dict[Scope, dict[str, tuple]]:
                 entry = (value.type.tensor_type.elem_type or own.get(value.name, (0,))[0], _dims(value.type))
                 if value.name not in own or entry[1] is not None:
                     own[value.name] = entry
+        for node in g.node:
+            if node.op_type in ELEMENT_READS and node.output and node.output[0] in own:
+                elem_type, dims = own[node.output[0]]
+                own[node.output[0]] = (elem_type, _without_placeholders(dims))
         scopes[scope] = own
         for index, node in enumerate(g.node):
             for attr in node.attribute:
