@@ -109,3 +109,25 @@ def _nonzero(g, x, s):
     g.extra_outputs.append((g.shape_node("Relu", [picked]), [f"{picked}_n"]))
     count = g.shape_node("Cast", [g.shape_node("Shape", [picked])], to=TensorProto.FLOAT)
     return g.node("Add", [x, g.shape_node("Mul", [count, g.const(np.array(1e-3, F32))])], s)
+
+
+def _scatter_nd(g, x, s):
+    """x[:, idx] = f(x[:, idx]) as torch exports index_put: ScatterND with [batch, k, 2] indices of
+    (Range over the batch, the positions), distinct positions (a repeat has no defined result)."""
+    if len(s) < 3 or not g.fixed(x, 1) or s[1] < 2:
+        return None
+    k = int(g.rng.integers(1, s[1]))
+    positions = np.sort(g.rng.permutation(s[1])[:k]).astype(np.int64)
+    shape_of = g.shape_node("Shape", [x])
+    batch = g.shape_node("Gather", [shape_of, g.const(np.array(0, np.int64))], axis=0)
+    rows = g.shape_node("Range", [g.const(np.array(0, np.int64)), batch, g.const(np.array(1, np.int64))])
+    target = g.shape_node("Concat", [g.shape_node("Unsqueeze", [batch, g.const(np.array([0], np.int64), "axes")]),
+                                     g.const(np.array([k], np.int64))], axis=0)
+    row_ids = g.shape_node("Expand", [g.shape_node("Unsqueeze", [rows, g.const(np.array([1], np.int64), "axes")]), target])
+    cols = g.shape_node("Expand", [g.const(positions[None], "positions"), target])
+    last = g.const(np.array([-1], np.int64), "axes")
+    indices = g.shape_node("Concat", [g.shape_node("Unsqueeze", [row_ids, last]), g.shape_node("Unsqueeze", [cols, last])],
+                           axis=-1)
+    picked = g.shape_node("Gather", [x, g.const(positions, "positions")], axis=1)
+    updates = g.shape_node("Tanh", [picked])
+    return g.node("ScatterND", [x, indices, updates], s)

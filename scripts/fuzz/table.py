@@ -10,7 +10,7 @@ from .ops_elementwise import (_binary_const, _clip, _gelu_erf, _gelu_tanh, _powe
                               _variadic)
 from .ops_image import _conv, _conv1d, _conv_transpose, _depth_space, _pool, _resize
 from .ops_index import (_argmax, _expand_to_shape, _gather_nd, _nonzero, _range_ramp, _scatter_elements,
-                        _where_broadcast)
+                        _scatter_nd, _where_broadcast)
 from .ops_linear import _attention, _gemm, _matmul, _matmul_self
 from .ops_loop import _loop_counted, _loop_over_axis, _scan, _sequence
 from .ops_more import (_conv_transpose_grouped, _einsum, _group_norm_op, _half_island, _pad_crop, _resize_modes,
@@ -59,7 +59,7 @@ NEW_OPS = {
     "range_ramp": (ANY, _range_ramp), "nonzero": (ANY, _nonzero), "einsum": (ANY, _einsum),
     "group_norm_op": ((3, 4), _group_norm_op), "rms_norm_op": (ANY, _rms_norm_op), "resize_modes": ((4,), _resize_modes),
     "conv_transpose_grouped": ((4,), _conv_transpose_grouped), "pad_crop": (ANY, _pad_crop),
-    "half_island": (ANY, _half_island),
+    "half_island": (ANY, _half_island), "scatter_nd": ((3, 4), _scatter_nd),
 }
 FORMS = {"classic": OPS, "all": {**OPS, **NEW_OPS}}
 # forms a seed does not mix, by the flag the first one drawn sets: onnxruntime computes a float16
