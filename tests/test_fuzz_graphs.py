@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+WIDE_SEEDS = [37, 47, 75, 145, 157, 489, 726, 1009, 1137, 3112]  # the last five found bugs
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "fuzz_graphs.py"
 
 
@@ -21,6 +22,14 @@ def fuzz():
 
 @pytest.mark.parametrize("seed", [32, 52, 1001, 1002, 1003])
 def test_random_graphs_agree_with_onnxruntime(seed, fuzz, tmp_path):
+    result = fuzz.check_seed(seed, tmp_path, forms="classic")
+    assert "skipped" not in result
+    assert result["findings"] == [], result
+
+
+# the wider table: QDQ and QLinear forms, Loop / Scan / sequences, float16, opset 11 / 13 / 23
+@pytest.mark.parametrize("seed", WIDE_SEEDS)
+def test_wider_forms_agree_with_onnxruntime(seed, fuzz, tmp_path):
     result = fuzz.check_seed(seed, tmp_path)
     assert "skipped" not in result
     assert result["findings"] == [], result
@@ -29,7 +38,7 @@ def test_random_graphs_agree_with_onnxruntime(seed, fuzz, tmp_path):
 def test_the_float64_reference_runs_ops_onnxruntime_has_only_in_float32(fuzz):
     import numpy as np
 
-    model, levels = fuzz.random_case(2828)  # HardSwish, InstanceNormalization
+    model, levels = fuzz.random_case(2828, "classic")  # HardSwish, InstanceNormalization
     exact, in_float32 = fuzz.run_double(model, {"opt": fuzz._feeds(levels["opt"], 0)})
     assert exact is not None and in_float32 >= 1
     assert all(np.asarray(v).dtype == np.float64 for v in exact["opt"])

@@ -445,9 +445,11 @@ def memo_kinds(steps, weights: set[str], outputs: set[str]) -> list[int]:
 
 
 def _island_runner(model_bytes: bytes, input_names, output_names, spin: bool = True) -> Callable:
-    """An onnxruntime session over the island's subgraph. An input whose type the build could not
-    infer (the output of a contrib op ONNX's inference does not know, e.g. QLinearAdd) takes the
-    type of the first array it is fed: the session is created at the first run then. `spin`:
+    """An onnxruntime session over the island's subgraph. An input whose type or rank the build could
+    not infer (the output of a contrib op ONNX's inference does not know, e.g. QLinearAdd; a Loop's
+    stacked steps) takes the type and rank of the first array it is fed: the session is created at
+    the first run then (onnxruntime sizes a Scan's body from its inputs' ranks, and refused to run one
+    fed a value of no rank: 'Subgraph must have the shape set for all outputs'). `spin`:
     onnxruntime's default; off in a trial executor, whose variants take turns (the whole-model
     variant spinning after its run took the cores from the next one, and won races it should not)."""
     import onnx  # noqa: PLC0415
@@ -458,7 +460,7 @@ def _island_runner(model_bytes: bytes, input_names, output_names, spin: bool = T
     if not spin:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     model = onnx.load_from_string(model_bytes)
-    untyped = any(not value.type.tensor_type.elem_type for value in model.graph.input)
+    untyped = any(_is_unknown(value) for value in model.graph.input)
     disabled = optimizers_to_disable(model.graph.node) or None  # known onnxruntime crashes (ort_crashes.py)
     del model
     sessions = [] if untyped else [ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"],
@@ -482,11 +484,21 @@ def _typed(model_bytes: bytes, feeds: dict) -> bytes:
 
     model = onnx.load_from_string(model_bytes)
     for value in model.graph.input:
-        if not value.type.tensor_type.elem_type and value.name in feeds:
+        if _is_unknown(value) and value.name in feeds:
             array = np.asarray(feeds[value.name])
-            value.type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
-            value.type.tensor_type.ClearField("shape")
-            value.type.tensor_type.shape.SetInParent()  # rank known, dims free
-            for _ in range(array.ndim):
-                value.type.tensor_type.shape.dim.add()
+            if not value.type.tensor_type.elem_type:
+                value.type.tensor_type.elem_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+                value.type.tensor_type.ClearField("shape")
+            if not value.type.tensor_type.HasField("shape"):
+                value.type.tensor_type.shape.SetInParent()  # rank known, dims free
+                for _ in range(array.ndim):
+                    value.type.tensor_type.shape.dim.add()
     return model.SerializeToString()
+
+
+def _is_unknown(value) -> bool:
+    """An island input of no type, no element type, or a tensor of no rank (not a sequence's)."""
+    if value.type.WhichOneof("value") not in (None, "tensor_type"):
+        return False
+    tensor = value.type.tensor_type
+    return not tensor.elem_type or not tensor.HasField("shape")

@@ -32,6 +32,19 @@ def test_skip_layer_norm(x, rng, single_node, ort_check):
     ort_check(model, {"x": x, "skip": skip}, rtol=4e-4)
 
 
+def test_skip_layer_norm_sum_output_stays_float16(x, rng, graph_of, ort_check):
+    """The skip sum (output 3) has the input type like the normalized output: it came out float32 and
+    fed a float16 onnxruntime island float32 data (fuzz_graphs seed 1137)."""
+    from onnx import helper
+
+    g, b = (rng.random(96) + 0.5).astype(H), (rng.standard_normal(96) * 0.1).astype(H)
+    skip = rng.standard_normal(x.shape).astype(H)
+    node = helper.make_node("SkipLayerNormalization", ["x", "skip", "g", "b"], ["y", "", "", "sum"], domain=MS)
+    model = graph_of([node], {"x": x, "skip": skip}, [("y", H), ("sum", H)], {"g": g, "b": b})
+    out = ort_check(model, {"x": x, "skip": skip}, rtol=4e-4)
+    assert out["sum"].dtype == H
+
+
 def test_softmax(x, single_node, ort_check):
     scaled = (x * H(4)).astype(H)
     ort_check(single_node("Softmax", {"x": scaled}, [("y", H)], {"axis": -1}), {"x": scaled}, rtol=ONE_ROUNDING)

@@ -52,3 +52,16 @@ def test_fp16_plan_of_a_sequence_first_projection_builds(tmp_path, whole_model):
     (expected,) = ort_session(model).run(None, {"x": x})
     actual = np.load(tmp_path / "y.npz")["y"]
     assert np.abs(actual - expected).max() <= 1e-2 * np.abs(expected).max()
+
+
+def _qdq_matmul_add(with_quantize: bool):
+    tail = [helper.make_node("QuantizeLinear", ["z", "s", "zp"], ["q"])] if with_quantize else []
+    return [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Add", ["y", "b"], ["z"]), *tail]
+
+
+def test_matmul_add_before_a_quantize_stays_unfused():
+    """MatMulAddFusion's Gemm sums in another order: a QuantizeLinear after it took values at its ties
+    a step away from the model's (plans of QDQ MatMuls, fuzz_graphs seeds 489 and 726, which
+    tests/test_fuzz_graphs.py runs end to end)."""
+    assert optimizers_to_disable(_qdq_matmul_add(with_quantize=True)) == ["MatMulAddFusion"]
+    assert optimizers_to_disable(_qdq_matmul_add(with_quantize=False)) == []

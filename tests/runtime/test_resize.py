@@ -143,3 +143,14 @@ def test_quantized_upsampling_equals_onnxruntime(rng, graph_of):
     expected = ort_session(model).run(None, {"q": q})[0]
     got = run_native(model, {"q": q})["out"]
     assert (got == expected).all(), f"{int((got != expected).sum())} of {got.size} quanta differ"
+
+
+@pytest.mark.parametrize("coordinates", ["half_pixel", "pytorch_half_pixel"])
+@pytest.mark.parametrize("rule", ["round_prefer_floor", "round_prefer_ceil", "floor"])
+def test_nearest_source_coordinates_in_float32(coordinates, rule, rng, single_node, ort_check):
+    """10 -> 14 rows: output row 10's source is 10.5 / 1.4 - 0.5, exactly 7; in float64 it came out
+    just under 7 and took row 6 where onnxruntime (float32) takes row 7 (fuzz_graphs seed 3112)."""
+    x = rng.standard_normal((1, 2, 10, 12)).astype(F32)
+    attrs = {"mode": "nearest", "coordinate_transformation_mode": coordinates, "nearest_mode": rule}
+    inits = {"roi": np.zeros(0, F32), "scales": np.zeros(0, F32), "sizes": np.array([1, 2, 14, 21], np.int64)}
+    ort_check(single_node("Resize", {"x": x}, [("y", F32)], attrs, inits, opset=13), {"x": x})

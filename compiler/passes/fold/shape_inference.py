@@ -171,6 +171,20 @@ def _elem_types(model: onnx.ModelProto):
     return elem_type
 
 
+# ops whose output is one element of a sequence: onnx gives it the sequence's element type, whose
+# unknown dims carry one placeholder symbol ('unk__0') for every element, so two SequenceAt of parts
+# of different sizes read as equal; written to the optimized model, onnxruntime planned one buffer
+# for both and failed ('Shape mismatch attempting to re-use buffer', fuzz_graphs seed 1009)
+ELEMENT_READS = frozenset({"SequenceAt"})
+PLACEHOLDER_PREFIX = "unk__"  # onnx's name for a dim it knows nothing of
+
+
+def _without_placeholders(dims: list | None) -> list | None:
+    if dims is None:
+        return None
+    return [None if isinstance(d, str) and d.startswith(PLACEHOLDER_PREFIX) else d for d in dims]
+
+
 Scope = tuple  # a subgraph's path from the main graph: ((node index, attribute name[, index]), ...)
 
 
@@ -187,6 +201,10 @@ def _collect(graph: onnx.GraphProto) -> dict[Scope, dict[str, tuple]]:
                 entry = (value.type.tensor_type.elem_type or own.get(value.name, (0,))[0], _dims(value.type))
                 if value.name not in own or entry[1] is not None:
                     own[value.name] = entry
+        for node in g.node:
+            if node.op_type in ELEMENT_READS and node.output and node.output[0] in own:
+                elem_type, dims = own[node.output[0]]
+                own[node.output[0]] = (elem_type, _without_placeholders(dims))
         scopes[scope] = own
         for index, node in enumerate(g.node):
             for attr in node.attribute:
@@ -232,6 +250,9 @@ class InferShapes:
             return 0
         num_known = 0
         seen: dict[int, tuple | None] = {}  # a tensor object two scopes share gets one answer
+        # the model's outputs as it declares them: where onnx infers no shape, the declaration stays
+        # (dropped, onnxruntime could not size a Scan fed by a Loop's stacked output: fuzz_graphs)
+        declared_outputs = {id(t) for t in graph.outputs if t.shape is not None}
         for scope, g in _scoped_graphs(graph):
             for tensor in g.tensors().values():
                 if isinstance(tensor, gs.Constant) or tensor in g.inputs:
@@ -242,13 +263,16 @@ class InferShapes:
                         continue
                     entry = None  # two answers for one object: confirm neither
                 seen[id(tensor)] = entry
+                keeps_declared = id(tensor) in declared_outputs and (entry is None or entry[1] is None)
                 if entry is None:
-                    tensor.shape = None  # never keep a declared shape that inference could not confirm
+                    if not keeps_declared:
+                        tensor.shape = None  # never keep a declared shape that inference could not confirm
                     continue
                 elem_type, dims = entry
                 if elem_type:
                     tensor.dtype = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
-                tensor.shape = dims
+                if not keeps_declared:
+                    tensor.shape = dims
                 num_known += 1
         stats.record_match("values_with_inferred_type", 0)
         stats.rule("values_with_inferred_type").matched = num_known

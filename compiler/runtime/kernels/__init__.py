@@ -59,8 +59,8 @@ def _merge() -> dict[tuple[str, str], Callable]:
             if key in table:
                 raise RuntimeError(f"kernel {key} registered twice ({family.__name__})")
             table[key] = kernel
-    for key, num_typed_outputs in WIDENED.items():  # float16 data computes in float32 (half.py)
-        table[key] = widen_half(table[key], num_typed_outputs)
+    for key, typed_outputs in WIDENED.items():  # float16 data computes in float32 (half.py)
+        table[key] = widen_half(table[key], typed_outputs)
     return table
 
 

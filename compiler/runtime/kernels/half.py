@@ -22,23 +22,24 @@ from .jit_half import float16_to_float32, float32_to_float16
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
 ALL = None  # every output follows the input type
 
-# (domain, op) -> how many leading outputs have the input type (the rest keep theirs, as
-# LayerNormalization's float32 mean and inverse std do).
-WIDENED: dict[tuple[str, str], int | None] = {
+# (domain, op) -> the outputs that have the input type (the rest keep theirs, as LayerNormalization's
+# float32 mean and inverse std do; SkipLayerNormalization's skip sum, output 3, is T again: left
+# float32, it fed a float16 island float32 data, fuzz_graphs seed 1137).
+WIDENED: dict[tuple[str, str], tuple[int, ...] | None] = {
     **{("", op): ALL for op in ("MatMul", "Gemm", "Einsum", "Conv", "ConvTranspose", "Softmax", "LogSoftmax",
                                 "InstanceNormalization", "GroupNormalization", "BatchNormalization",
                                 "ReduceMean", "ReduceSum", "ReduceL2", "ReduceLogSumExp", "GlobalAveragePool",
                                 "AveragePool", "Resize")},
-    ("", "LayerNormalization"): 1,
-    ("", "RMSNormalization"): 1,
+    ("", "LayerNormalization"): (0,),
+    ("", "RMSNormalization"): (0,),
     **{("com.microsoft", op): ALL for op in ("FusedMatMul", "FusedGemm", "FusedConv", "BiasGelu", "FastGelu")},
-    ("com.microsoft", "SkipLayerNormalization"): 1,
-    ("com.microsoft", "SkipSimplifiedLayerNormalization"): 1,
+    ("com.microsoft", "SkipLayerNormalization"): (0, 3),
+    ("com.microsoft", "SkipSimplifiedLayerNormalization"): (0, 3),
     ("infc.cpu", "ConvEpilogue"): ALL,
 }
 
 
-def widen_half(kernel: Callable, num_typed_outputs: int | None) -> Callable:
+def widen_half(kernel: Callable, typed_outputs: tuple[int, ...] | None) -> Callable:
     def run(inputs, attrs, ctx: KernelContext):
         if not any(x is not None and getattr(x, "dtype", None) == F16 for x in inputs):
             return kernel(inputs, attrs, ctx)
@@ -46,8 +47,8 @@ def widen_half(kernel: Callable, num_typed_outputs: int | None) -> Callable:
         wide = [_widened(x, position, memo) for position, x in enumerate(inputs)]
         # an offered output buffer is float16: the float32 kernel allocates its own
         results = kernel(wide, attrs, KernelContext(ctx.opset, [None] * len(ctx.out), ctx.memo))
-        last = len(results) if num_typed_outputs is None else num_typed_outputs
-        return [float32_to_float16(r) if i < last and r is not None and r.dtype == F32 else r for i, r in enumerate(results)]
+        typed = range(len(results)) if typed_outputs is None else typed_outputs
+        return [float32_to_float16(r) if i in typed and r is not None and r.dtype == F32 else r for i, r in enumerate(results)]
     run.accepts_out = getattr(kernel, "accepts_out", False)  # float32 data keeps the donated buffers
     run.__wrapped__ = kernel
     return run

@@ -11,6 +11,9 @@ from .common import arg, ints, norm_axis, to_compute
 from .jit_resize import resize2d
 
 
+HALF = np.float32(0.5)
+
+
 def _near(a: float, b: float) -> bool:
     """np.isclose's test on two floats, without its ~60 us of array machinery per call."""
     return abs(a - b) <= 1e-8 + 1e-5 * abs(b)
@@ -22,25 +25,34 @@ def _is_whole(region) -> bool:
 
 
 def _source_coords(mode, out_len, in_len, scale, roi):
-    y = np.arange(out_len, dtype=np.float64)
+    """The source coordinate of each output position, in float32 as onnxruntime computes it: a nearest
+    pick on a coordinate that is an integer in exact arithmetic (10 -> 14, output row 10: 7.0) lands
+    on either side of it by rounding, and float64 took the row below where onnxruntime takes 7
+    (fuzz_graphs seed 3112)."""
+    return _source_coords_f32(mode, out_len, in_len, np.float32(scale), roi).astype(np.float64)
+
+
+def _source_coords_f32(mode, out_len, in_len, scale, roi):
+    y = np.arange(out_len, dtype=np.float32)
+    in_len = np.float32(in_len)
     out_float = scale * in_len
     if mode == "align_corners":  # the output length here is the integer one (as ORT)
-        return np.zeros(out_len) if out_len == 1 else y * (in_len - 1) / (out_len - 1)
+        return np.zeros(out_len, np.float32) if out_len == 1 else y * (in_len - 1) / np.float32(out_len - 1)
     if mode == "asymmetric":
         return y / scale
     if mode == "tf_crop_and_resize":
-        start, end = roi
-        x = np.full(out_len, (end - start) * (in_len - 1) / 2) if out_float == 1 else \
+        start, end = np.float32(roi[0]), np.float32(roi[1])
+        x = np.full(out_len, (end - start) * (in_len - 1) / 2, np.float32) if out_float == 1 else \
             y * (end - start) * (in_len - 1) / (out_float - 1)
         return x + start * (in_len - 1)
     if mode == "pytorch_half_pixel":
-        return np.full(out_len, -0.5) if out_float == 1 else (y + 0.5) / scale - 0.5
+        return np.full(out_len, -0.5, np.float32) if out_float == 1 else (y + HALF) / scale - HALF
     if mode == "tf_half_pixel_for_nn":  # TF's nearest with half-pixel centers (tf2onnx writes it at any opset)
-        return (y + 0.5) / scale
+        return (y + HALF) / scale
     if mode == "half_pixel_symmetric":
-        offset = in_len / 2 * (1 - out_len / out_float)
-        return offset + (y + 0.5) / scale - 0.5
-    return (y + 0.5) / scale - 0.5  # half_pixel
+        offset = in_len / 2 * (1 - np.float32(out_len) / out_float)
+        return offset + (y + HALF) / scale - HALF
+    return (y + HALF) / scale - HALF  # half_pixel
 
 
 def _cubic(t, a):

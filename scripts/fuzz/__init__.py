@@ -1,0 +1,1 @@
+"""Differential fuzzing of infc: see scripts/fuzz_graphs.py."""
