@@ -29,7 +29,8 @@ import sys
 
 import numpy as np
 
-from .bf16_gemm import PANEL, TILE_PAIRS, _host_features, activation_pairs, has_avx512_bf16
+from . import cpu_features
+from .bf16_gemm import PANEL, TILE_PAIRS, activation_pairs, has_avx512_bf16
 from .jit import IN_ORDER, jit
 
 TILE_ROWS = 16  # rows of every tile (A, B and C)
@@ -55,9 +56,7 @@ def _tile_permission() -> bool:
 
 def has_amx_bf16() -> bool:
     """AMX-BF16 is there and usable by this process (checked, and the permission asked, on first call)."""
-    features = _host_features()
-    return (has_avx512_bf16() and bool(features.get("amx-bf16") and features.get("amx-tile"))
-            and _tile_permission())
+    return has_avx512_bf16() and cpu_features.has("amx-bf16", "amx-tile") and _tile_permission()
 
 
 def tile_config() -> np.ndarray:

@@ -32,29 +32,17 @@ import functools
 
 import numpy as np
 
+from . import cpu_features
+from .dot_tiles import PANEL, ROW_TILE as ROWS, word_dot_tiles  # the tiles: 6 rows x 4 vectors of 16 lanes
 from .jit import IN_ORDER, jit
 
-LANES = 16  # float32 lanes of a 512-bit vector: one vdpbf16ps
-VECTORS = 4  # vectors across a panel
-PANEL = LANES * VECTORS  # weight columns per panel
-ROWS = 6  # rows per register tile (6 x 4 accumulators)
 SPLIT_MIN_MACS = 1 << 21  # products from this many multiply-adds split their panels with the helper thread
 _OFF = [False]
 
 
-@functools.cache
-def _host_features() -> dict:
-    try:
-        from llvmlite import binding  # noqa: PLC0415 - numba's own dependency
-        return dict(binding.get_host_cpu_features())
-    except Exception:  # noqa: BLE001 - no llvmlite: no compiled kernels either
-        return {}
-
-
 def has_avx512_bf16() -> bool:
     """The CPU numba compiles for has vdpbf16ps on 512-bit vectors (and the kernel is not turned off)."""
-    features = _host_features()
-    return not _OFF[0] and bool(features.get("avx512bf16") and features.get("avx512f"))
+    return not _OFF[0] and cpu_features.has("avx512bf16", "avx512f")
 
 
 @contextlib.contextmanager
@@ -158,93 +146,25 @@ def activation_pairs(a: np.ndarray, rows: int, pairs: int) -> np.ndarray | None:
     return out
 
 
-def _make_tile(rows: int):
-    """A numba intrinsic tile(a, i0, w, out, o0, j0): out[o0 + r, j0 + c] = sum over k pairs of
-    dpbf16ps(a[i0 + r, kp], w[kp, c]) for r < rows, c < PANEL; a [M, KP] and w [KP, PANEL] uint32
-    words, out float32 with unit column stride (all of its PANEL columns written)."""
-    from llvmlite import ir  # noqa: PLC0415 - numba's own dependency: only when compiled kernels are on
-    from numba import types  # noqa: PLC0415
-    from numba.core import cgutils  # noqa: PLC0415
-    from numba.extending import intrinsic  # noqa: PLC0415
+def _declare(module, sums, words):
+    from llvmlite import ir  # noqa: PLC0415
 
-    f32, i32 = ir.FloatType(), ir.IntType(32)
-    vector = ir.VectorType(f32, LANES)
-    words = ir.VectorType(i32, LANES)
-    splat = ir.Constant(ir.VectorType(i32, LANES), [0] * LANES)
-
-    def element(builder, data, byte_offset, typ):
-        raw = builder.gep(builder.bitcast(data, ir.IntType(8).as_pointer()), [byte_offset])
-        return builder.bitcast(raw, typ.as_pointer())
-
-    def codegen(context, builder, signature, args):
-        a_val, i0, w_val, out_val, o0, j0 = args
-        a, w, out = (context.make_array(signature.args[i])(context, builder, v)
-                     for i, v in ((0, a_val), (2, w_val), (3, out_val)))
-        module = builder.module
-        dot = module.globals.get("llvm.x86.avx512bf16.dpbf16ps.512")
-        if dot is None:  # the pre-LLVM-17 signature (i32 words); LLVM's auto-upgrade bitcasts to bfloat
-            dot = ir.Function(module, ir.FunctionType(vector, [vector, words, words]),
-                              name="llvm.x86.avx512bf16.dpbf16ps.512")
-        intp = i0.type
-        four = ir.Constant(intp, 4)
-        a_row, w_row, out_row = (builder.extract_value(x.strides, 0) for x in (a, w, out))
-        pairs = builder.extract_value(w.shape, 0)
-        accumulators = [[cgutils.alloca_once_value(builder, ir.Constant(vector, [0.0] * LANES))
-                         for _ in range(VECTORS)] for _ in range(rows)]
-        a_rows = [builder.mul(builder.add(i0, ir.Constant(intp, r)), a_row) for r in range(rows)]
-        with cgutils.for_range(builder, pairs) as loop:
-            kp = loop.index
-            w_at = builder.mul(kp, w_row)
-            weights = [builder.load(element(builder, w.data, builder.add(w_at, ir.Constant(intp, v * LANES * 4)), words),
-                                    align=4) for v in range(VECTORS)]
-            k_at = builder.mul(kp, four)
-            for r in range(rows):
-                word = builder.load(element(builder, a.data, builder.add(a_rows[r], k_at), i32), align=4)
-                broadcast = builder.shuffle_vector(builder.insert_element(ir.Constant(words, ir.Undefined), word,
-                                                                          ir.Constant(i32, 0)),
-                                                   ir.Constant(words, ir.Undefined), splat)
-                for v in range(VECTORS):
-                    builder.store(builder.call(dot, [builder.load(accumulators[r][v]), broadcast, weights[v]]),
-                                  accumulators[r][v])
-        for r in range(rows):
-            row_at = builder.mul(builder.add(o0, ir.Constant(intp, r)), out_row)
-            for v in range(VECTORS):
-                column = builder.mul(builder.add(j0, ir.Constant(intp, v * LANES)), four)
-                builder.store(builder.load(accumulators[r][v]), element(builder, out.data, builder.add(row_at, column),
-                                                                        vector), align=4)
-        return context.get_dummy_value()
-
-    def typer(typingctx, a, i0, w, out, o0, j0):
-        return types.void(a, types.intp, w, out, types.intp, types.intp), codegen
-
-    typer.__name__ = f"bf16_tile_{rows}"
-    return intrinsic(typer)
+    dot = module.globals.get("llvm.x86.avx512bf16.dpbf16ps.512")
+    if dot is None:  # the pre-LLVM-17 signature (i32 words); LLVM's auto-upgrade bitcasts to bfloat
+        dot = ir.Function(module, ir.FunctionType(sums, [sums, words, words]), name="llvm.x86.avx512bf16.dpbf16ps.512")
+    return dot
 
 
-_TILES: dict = {}
-
-
+@functools.cache
 def tiles() -> dict:
-    """The register tiles by rows, `tile_1` .. `tile_6`."""
-    if not _TILES:
-        _TILES.update({f"tile_{rows}": _make_tile(rows) for rows in range(1, ROWS + 1)})
-    return _TILES
+    """`bf16_tile(count, a, i0, w, out, o0, j0)`: the register tile of `count` rows (runtime/dot_tiles.py)
+    over pairs of bf16 words a [M, KP], w [KP, PANEL] uint32, out float32 (all of its PANEL columns written)."""
+    return {"bf16_tile": word_dot_tiles("bf16_tiles", _declare, float_sums=True)}
 
 
 @jit(fastmath=IN_ORDER, intrinsics=tiles)
 def _tile(count, a, i0, w, target, o0, j0):
-    if count == 6:
-        tile_6(a, i0, w, target, o0, j0)  # noqa: F821 - bound by `intrinsics`
-    elif count == 5:
-        tile_5(a, i0, w, target, o0, j0)  # noqa: F821
-    elif count == 4:
-        tile_4(a, i0, w, target, o0, j0)  # noqa: F821
-    elif count == 3:
-        tile_3(a, i0, w, target, o0, j0)  # noqa: F821
-    elif count == 2:
-        tile_2(a, i0, w, target, o0, j0)  # noqa: F821
-    else:
-        tile_1(a, i0, w, target, o0, j0)  # noqa: F821
+    bf16_tile(count, a, i0, w, target, o0, j0)  # noqa: F821 - bound by `intrinsics`
 
 
 @jit(fastmath=IN_ORDER, calls=(_tile,))

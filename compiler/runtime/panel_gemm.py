@@ -45,11 +45,11 @@ the chain kernels or float64 (a process that turns them off midway mixes the two
 
 from __future__ import annotations
 
-import functools
 import types
 
 import numpy as np
 
+from . import cpu_features
 from .chain_gemm import over_column_blocks
 from .jit import IN_ORDER, jit, prange
 
@@ -385,16 +385,7 @@ _wide_blocks = jit(_renamed(_panel_blocks.fn, "_wide"), fastmath=IN_ORDER, calls
 
 def has_wide_vectors() -> bool:
     """The CPU numba compiles for has 512-bit vectors (AVX-512F): the wide tiles fit its registers."""
-    return _host_features().get("avx512f", False)
-
-
-@functools.cache
-def _host_features() -> dict:
-    try:
-        from llvmlite import binding  # noqa: PLC0415 - numba's own dependency
-        return dict(binding.get_host_cpu_features())
-    except Exception:  # noqa: BLE001 - no llvmlite: no compiled kernels either
-        return {}
+    return cpu_features.has("avx512f")
 
 
 FLOAT, INT8, UINT8, DELTA = 0, 1, 2, 3  # how the kernel reads W
