@@ -115,6 +115,15 @@ class RowQuantizedWeight:
         self._vnni = None  # (panels, int8 zero points), or False
         self._centered = None
 
+    def prepare(self) -> None:
+        """Makes onnxruntime's session now (a fraction of a millisecond to tens of them a weight): at
+        the first call, which the runner's warm-up makes, not at the first prompt longer than the
+        decode rows (SmolLM2's 121 sessions added a second to the first request's TTFT)."""
+        if self._session is None:
+            # its int32 accumulators, and the epilogue's correction of them, cannot overflow
+            fits = integer_gemm.fits_int32(self.codes.shape[0], self.centered_max, headroom=2)
+            self._session = (fits and integer_gemm.is_exact() and integer_gemm.weight_session(self.codes, self.zero)) or False
+
     def _vnni_product(self, codes: np.ndarray) -> np.ndarray | None:
         """codes @ (W' - z') with W', z' the int8 form of W and its zero points (integer_gemm.as_int8):
         the VNNI tiles' codes @ W' less each row's sum of codes times z'; None without VNNI."""
@@ -146,10 +155,7 @@ class RowQuantizedWeight:
             rows = self._vnni_product(codes)
             if rows is not None:
                 return rows
-        if self._session is None:
-            # its int32 accumulators, and the epilogue's correction of them, cannot overflow
-            fits = integer_gemm.fits_int32(self.codes.shape[0], self.centered_max, headroom=2)
-            self._session = (fits and integer_gemm.is_exact() and integer_gemm.weight_session(self.codes, self.zero)) or False
+        self.prepare()
         if self._session:
             return integer_gemm.run(self._session, codes)
         if self._centered is None:

@@ -134,6 +134,7 @@ def _row_quantized(parts, ctx) -> RowQuantizedWeight:
     cached = ctx.memo.get("row_quantized")
     if cached is None or cached[0] is not parts[0]:
         cached = ctx.memo["row_quantized"] = (parts[0], RowQuantizedWeight(*parts))
+        cached[1].prepare()  # its prefill session now, in the runner's warm-up, not in a request's TTFT
     return cached[1]
 
 
