@@ -22,14 +22,13 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from openblas_env import rerun_without_openblas_env  # noqa: E402 - bench/, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
-OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 SHAPES = [(128, 256, 256), (128, 256, 1024), (128, 768, 768), (128, 768, 3072), (128, 3072, 768),
           (197, 384, 1536), (256, 1024, 1024), (512, 768, 768), (512, 768, 3072), (512, 3072, 768)]
 
@@ -71,10 +70,7 @@ def main():
     parser.add_argument("--tag", default="")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    if not args.keep_openblas_env and any(v in os.environ for v in OPENBLAS_VARS):
-        env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_VARS}
-        print(f"note: re-running with {' and '.join(OPENBLAS_VARS)} unset for this benchmark only", flush=True)
-        os.execve(sys.executable, [sys.executable, *sys.argv, "--keep-openblas-env"], env)
+    rerun_without_openblas_env(args.keep_openblas_env)
     from infc.compiler.runtime import bf16_gemm
 
     runners, missing = candidates()

@@ -18,15 +18,14 @@ import json
 import math
 import os
 import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from openblas_env import openblas_note, rerun_without_openblas_env  # noqa: E402 - bench/, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
-OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 
 def models():
@@ -91,11 +90,8 @@ def main():
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--tag", default="", help="added to the results file's name (a machine's name: runs on two machines the same day keep both)")
     args = parser.parse_args()
-    if not args.keep_openblas_env and any(v in os.environ for v in OPENBLAS_VARS):
-        env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_VARS}
-        print(f"note: re-running with {' and '.join(OPENBLAS_VARS)} unset for this benchmark only", flush=True)
-        os.execve(sys.executable, [sys.executable, *sys.argv, "--keep-openblas-env"], env)
-    openblas_note = "unset for this run" if not any(v in os.environ for v in OPENBLAS_VARS) else "as set by the machine"
+    rerun_without_openblas_env(args.keep_openblas_env)
+    openblas = openblas_note()
     rows = []
     with tempfile.TemporaryDirectory() as cache_dir:
         for name, path, profile in models():
@@ -124,13 +120,13 @@ def main():
         return
     date = datetime.date.today().isoformat()
     meta = {"date": date, "machine": f"{platform.machine()}, {os.cpu_count()} cores{_cpu_model()}", "onnxruntime": onnxruntime.__version__,
-            "numpy": np.__version__, "openblas_env": openblas_note, "iterations": args.iterations}
+            "numpy": np.__version__, "openblas_env": openblas, "iterations": args.iterations}
     (ROOT / "bench" / "results").mkdir(exist_ok=True)
     tag = f"-{args.tag}" if args.tag else ""
     (ROOT / "bench" / "results" / f"cpu_vs_ort{tag}-{date}.json").write_text(json.dumps({"meta": meta, "rows": rows, "geomean": geomean}, indent=2))
     doc = [f"# infc vs onnxruntime on the CPU ({date})", "",
            f"Command: `python bench/cpu_vs_ort.py` on {meta['machine']}; onnxruntime {meta['onnxruntime']} "
-           f"(ORT_ENABLE_ALL, default threads), numpy {meta['numpy']}; OPENBLAS_CORETYPE/L2_SIZE {openblas_note}. "
+           f"(ORT_ENABLE_ALL, default threads), numpy {meta['numpy']}; OPENBLAS_CORETYPE/L2_SIZE {openblas}. "
            "Inputs: seeded random at each profile's opt shape (profiles/). Median of 3 interleaved medians of "
            f"{args.iterations} runs each.", "", *lines, "", summary, ""]
     path = ROOT / "docs" / "cpu-vs-ort.md"

@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from openblas_env import rerun_without_openblas_env  # noqa: E402 - bench/, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
-OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 NUM_EVAL = 8
 
 
@@ -150,10 +150,7 @@ def main():
     parser.add_argument("--tag", default="")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    if not args.keep_openblas_env and any(v in os.environ for v in OPENBLAS_VARS):
-        env = {k: v for k, v in os.environ.items() if k not in OPENBLAS_VARS}
-        print(f"note: re-running with {' and '.join(OPENBLAS_VARS)} unset for this benchmark only", flush=True)
-        os.execve(sys.executable, [sys.executable, *sys.argv, "--keep-openblas-env"], env)
+    rerun_without_openblas_env(args.keep_openblas_env)
     args.work.mkdir(parents=True, exist_ok=True)
     rows = []
     for spec in args.models:

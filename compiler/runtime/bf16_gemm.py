@@ -27,14 +27,13 @@ the same whatever the tile or the split between cores.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import numpy as np
 
 from . import cpu_features
 from .dot_tiles import PANEL, ROW_TILE as ROWS, word_dot_tiles  # the tiles: 6 rows x 4 vectors of 16 lanes
-from .jit import IN_ORDER, jit
+from .jit import IN_ORDER, jit, switched_off
 
 SPLIT_MIN_MACS = 1 << 21  # products from this many multiply-adds split their panels with the helper thread
 _OFF = [False]
@@ -45,15 +44,9 @@ def has_avx512_bf16() -> bool:
     return not _OFF[0] and cpu_features.has("avx512bf16", "avx512f")
 
 
-@contextlib.contextmanager
 def disabled():
     """Within the block the kernel reports no AVX512-BF16, as on a CPU without it (tests of the fallback)."""
-    previous = _OFF[0]
-    _OFF[0] = True
-    try:
-        yield
-    finally:
-        _OFF[0] = previous
+    return switched_off(_OFF)
 
 
 def bf16_bits(x: np.ndarray) -> np.ndarray:

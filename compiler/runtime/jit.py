@@ -71,14 +71,19 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
-def disabled():
-    """Within the block every kernel takes its NumPy path (tests compare the two)."""
-    previous = _OFF[0]
-    _OFF[0] = True
+def switched_off(flag: list):
+    """Within the block flag[0] is True (a kernel family's off switch), as it was after it."""
+    previous = flag[0]
+    flag[0] = True
     try:
         yield
     finally:
-        _OFF[0] = previous
+        flag[0] = previous
+
+
+def disabled():
+    """Within the block every kernel takes its NumPy path (tests compare the two)."""
+    return switched_off(_OFF)
 
 
 def threadsafe_layer() -> bool:
