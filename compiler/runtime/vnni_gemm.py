@@ -84,8 +84,10 @@ def vnni_product(codes: np.ndarray, panels: np.ndarray, n: int) -> np.ndarray | 
     if kernel is None:
         return None
     quads = panels.shape[1]
-    a = np.zeros((codes.shape[0], quads * QUAD), np.uint8)
-    a[:, :codes.shape[1]] = codes
+    a = codes if codes.shape[1] == quads * QUAD and codes.flags.c_contiguous else None
+    if a is None:  # K not a multiple of four: the tiles read whole quads, zero past K
+        a = np.zeros((codes.shape[0], quads * QUAD), np.uint8)
+        a[:, :codes.shape[1]] = codes
     out = np.empty((codes.shape[0], panels.shape[0] * PANEL), np.int32)
     count = panels.shape[0]
     over_column_blocks(panel_blocks(count, a.size * n), count, lambda p0, p1: kernel(a, panels, p0, p1, out), _blocks,
