@@ -31,7 +31,7 @@ from .runtime.vendor_op import TACTIC
 from .step_order import clustered_order
 from .tune_bridge import bridge_candidates, input_dtypes, input_lengths, input_ranks, with_bridges
 from .tune_vendor import INTEGER_STEPS, TACTIC_FIELDS
-from .tune_whole import WHOLE, WHOLE_KEEP, WHOLE_SECTION, WholeModel, accuracy_refusal, closeness_refusal, keep_whole, whole_step
+from .tune_whole import WHOLE, WHOLE_KEEP, WHOLE_SECTION, WholeModel, accuracy_refusal, closeness_refusal, keep_whole, relative_distance, whole_step
 from .tune_whole import wins as whole_wins
 
 CONFIRM_BUDGET_S = 1.0  # per program variant, for the in-context check
@@ -194,15 +194,7 @@ def _kernel_noise(program: Program, feeds: dict, reference: dict, names: list[st
                             observer=lambda name, value: None, trial=True).run(feeds)
     except Exception:  # noqa: BLE001 - no second opinion: the fixed tolerance stands
         return 0.0
-    worst = 0.0
-    for name in names:
-        got, want = np.asarray(observed[name]), np.asarray(reference[name])
-        if want.dtype.kind != "f" or want.size == 0 or got.shape != want.shape or not np.isfinite(want).all():
-            continue
-        scale = float(np.abs(want).max())
-        if scale > 0:
-            worst = max(worst, float(np.abs(got.astype(np.float64) - want).max()) / scale)
-    return worst
+    return relative_distance({name: observed[name] for name in names}, {name: reference[name] for name in names})
 
 
 def _keep(program: Program, marked: dict, subsets: dict, best: str, inputs: tuple, wrong: list, medians: dict,
