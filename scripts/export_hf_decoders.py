@@ -2,7 +2,7 @@
 """Export tiny random-weight Hugging Face decoders the way people export real ones, for `infc build`.
 
     pip install torch transformers onnxscript          # optional deps: this script only
-    python scripts/export_hf_decoders.py [--models qwen2,llama] [--exporters ts,dynamo,optimum] [--out DIR]
+    python scripts/export_hf_decoders.py [--models qwen2,llama] [--exporters ts,dynamo,optimum] [--out DIR] [--set FIELD=JSON ...]
 
 Each architecture (CONFIGS: Llama to Gemma 2, Falcon, OPT, GPT-J, the ALiBi of Bloom and MPT; then transformers 5.24's
 newer families: gpt-oss's sinks, DeepSeek's latent attention, MoE routing forms, and recurrent hybrids infc must refuse)
@@ -419,7 +419,11 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=("float32", "float16"),
                         help="export the model in this type (float16: model.half(), folder suffix _fp16)")
     parser.add_argument("--out", default="build/hf_decoders", help="output folder (default build/hf_decoders)")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=JSON",
+                        help="config fields over the tiny defaults, for models big enough to time (repeatable): "
+                             "--set hidden_size=512 --set num_experts=8")
     args = parser.parse_args()
+    overrides = {field: json.loads(value) for field, value in (item.split("=", 1) for item in args.set)}
     failed = False
     for arch in args.models.split(","):
         for exporter in args.exporters.split(","):
@@ -427,7 +431,7 @@ def main():
             folder = Path(args.out) / f"{arch}_{exporter}{suffix}"
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / "model.onnx"
-            model = make_model(arch, args.attn).to(getattr(torch, args.dtype))
+            model = make_model(arch, args.attn, **overrides).to(getattr(torch, args.dtype))
             try:
                 EXPORTERS[exporter](model, path)
                 onnx_model = onnx.load(str(path))

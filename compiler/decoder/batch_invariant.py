@@ -11,6 +11,7 @@ import numpy as np
 
 from ..lower import Program
 
+EXPERT_GEMM = ("infc.cpu", "ExpertMatMul")  # grouped by expert at lowering (lower_experts.py): its own flag
 GEMMS = {("", "MatMul"), ("", "Gemm"), ("com.microsoft", "FusedMatMul"), ("com.microsoft", "FusedGemm")}
 WRAPPERS = {("infc", "BatchInvariant"), ("infc", "Float64")}
 
@@ -20,6 +21,10 @@ def use_batch_invariant_gemms(program: Program, dtypes: dict[str, object]) -> in
     count = 0
     for step in program.steps:
         key = (step.get("domain") or "", step["op"])
+        if key == EXPERT_GEMM:
+            step["attrs"] = {**step["attrs"], "batch_invariant": 1}
+            count += 1
+            continue
         if key not in GEMMS or np.dtype(dtypes.get(step["outputs"][0]) or np.float32) != np.float32:
             continue
         const_inputs = [i for i, name in enumerate(step["inputs"]) if name in program.weights]

@@ -159,3 +159,12 @@ def test_the_bias_gelu_kernel_body_compiles_for_sm90(compile_elementwise_body):
     from infc.compiler.runtime.cuda.ops_elementwise import BIAS_GELU_CUDA
 
     compile_elementwise_body(BIAS_GELU_CUDA, ("x", "bias"), "y")
+
+
+@pytest.mark.parametrize("side", [0, 1])
+def test_expert_matmul(side):
+    """A mixture of experts' grouped GEMMs (kernels/expert_gemm.py): routing indices on the host, one
+    device GEMM per expert; negative indices and an expert nobody chose included."""
+    idx = np.array([2, -1, 0, 2, 2, 1, -4, 0], dtype=np.int64)
+    x = _normal(8, 24, 1) if side == 0 else _normal(8, 2, 24)
+    check("infc.cpu", "ExpertMatMul", [x, idx, _normal(5, 24, 16)], {"weights_side": side})

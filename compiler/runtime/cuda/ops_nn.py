@@ -9,6 +9,7 @@ import math
 
 from ..kernels.common import arg, norm_axis
 from ..kernels.conv import geometry, taps
+from ..kernels.expert_gemm import grouped_product
 from .gemm import split_residual
 from .ops_elementwise import activate
 
@@ -206,11 +207,23 @@ def max_pool(inputs, attrs, ctx):
 
 max_pool.may_run = lambda attrs: not attrs.get("ceil_mode", 0) and not attrs.get("storage_order", 0)
 
+def expert_matmul(inputs, attrs, ctx):
+    """infc.cpu.ExpertMatMul (runtime/kernels/expert_gemm.py): one device GEMM per expert over the rows
+    routed to it; the routing indices are read on the host, which decides the groups."""
+    x, idx, weights = inputs
+    return [grouped_product(x, idx, weights, attrs.get("weights_side", 1), lambda a, e: ctx.xp.matmul(a, weights[e]),
+                            ctx.xp)]
+
+
+expert_matmul.host_inputs = (1,)
+
+
 NN = {
     ("", "Softmax"): softmax, ("", "LayerNormalization"): layer_norm,
     ("", "RMSNormalization"): rms_norm, ("", "SimplifiedLayerNormalization"): rms_norm,
     ("com.microsoft", "SkipLayerNormalization"): _skip_norm(True),
     ("com.microsoft", "SkipSimplifiedLayerNormalization"): _skip_norm(False),
     ("", "MatMul"): matmul, ("", "Gemm"): gemm, ("", "Conv"): conv, ("com.microsoft", "FusedConv"): fused_conv,
+    ("infc.cpu", "ExpertMatMul"): expert_matmul,
     ("", "GlobalAveragePool"): global_average_pool, ("", "GlobalMaxPool"): global_max_pool, ("", "MaxPool"): max_pool,
 }

@@ -26,6 +26,7 @@ from . import (
     conv,
     conv_epilogue,
     elementwise,
+    expert_gemm,
     fake_quant,
     gather_scatter,
     gemm,
@@ -49,7 +50,7 @@ _THESE_MODULES = re.escape(__name__) + r"(\.|$)"
 
 FAMILIES = (elementwise, cast, activation, reduce, shape, gather_scatter, conv, pool, gemm, norm, attention, resize,
             quant, loss, vision, signal, text, rnn, tuned_gemm, paged_attention, batch_invariant, chain,
-            conv_epilogue, fake_quant)
+            conv_epilogue, fake_quant, expert_gemm)
 
 
 def _merge() -> dict[tuple[str, str], Callable]:
