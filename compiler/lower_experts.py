@@ -3,7 +3,9 @@
     idx ─► Gather(W [E, ., .], axis 0) ─► G ─► MatMul(G, x) or MatMul(x, G) ─► y
     ══►   ExpertMatMul(x, idx, W as [E, K, N]) ─► y              (runtime/kernels/expert_gemm.py)
 
-The Gather must read a constant rank-3 weight along axis 0 and feed that MatMul alone. Where G is
+The Gather must read a constant rank-3 weight along axis 0 and feed that MatMul alone. Dynamo
+exports write it as GatherND(W, idx [.., 1]) with batch_dims 0, the same rows: fused too where the
+indices' last dim is 1 by the graph's shapes (the step then drops that axis: `index_depth`). Where G is
 the MatMul's first input (y[r] = W[idx[r]] @ x[r], the batched-MM export's column form), the plan
 stores the weight transposed to [E, K, N] once, so both forms run as rows times [K, N] weights;
 the original is dropped when no other step reads it. Values a subgraph or the graph's outputs read
@@ -17,7 +19,7 @@ import numpy as np
 EXPERT_OP, EXPERT_DOMAIN = "ExpertMatMul", "infc.cpu"
 
 
-def fuse_expert_gemms(steps: list[dict], weights: dict[str, np.ndarray], visible: set[str]) -> list[dict]:
+def fuse_expert_gemms(steps: list[dict], weights: dict[str, np.ndarray], visible: set[str], tensors: dict) -> list[dict]:
     """The program with each Gather -> MatMul pair as one ExpertMatMul step (`weights` gains the
     transposed weights, loses the ones no step reads any more)."""
     readers: dict[str, list[int]] = {}
@@ -28,7 +30,7 @@ def fuse_expert_gemms(steps: list[dict], weights: dict[str, np.ndarray], visible
     fused: dict[int, dict] = {}
     dropped: set[int] = set()
     for index, gather in enumerate(steps):
-        w = _gathered_weight(gather, weights)
+        w = _gathered_weight(gather, weights, tensors)
         if w is None:
             continue
         out = gather["outputs"][0]
@@ -50,6 +52,8 @@ def fuse_expert_gemms(steps: list[dict], weights: dict[str, np.ndarray], visible
         fused[mm_index] = {"op": EXPERT_OP, "domain": EXPERT_DOMAIN, "name": f"{matmul.get('name', '')}#experts",
                            "inputs": [b if side == 0 else a, gather["inputs"][1], name],
                            "outputs": list(matmul["outputs"]), "attrs": {"weights_side": side}}
+        if gather["op"] == "GatherND":
+            fused[mm_index]["attrs"]["index_depth"] = 1
         dropped.add(index)
     if not fused:
         return steps
@@ -62,14 +66,22 @@ def fuse_expert_gemms(steps: list[dict], weights: dict[str, np.ndarray], visible
     return result
 
 
-def _gathered_weight(step: dict, weights: dict[str, np.ndarray]) -> np.ndarray | None:
-    """The constant rank-3 weight a Gather along axis 0 reads by runtime indices, else None."""
-    if step["op"] != "Gather" or step.get("domain") or len(step["inputs"]) != 2 or not step["outputs"][0]:
+def _gathered_weight(step: dict, weights: dict[str, np.ndarray], tensors: dict) -> np.ndarray | None:
+    """The constant rank-3 weight a Gather along axis 0 (or a GatherND of depth-1 indices) reads by
+    runtime indices, else None."""
+    if step.get("domain") or len(step["inputs"]) != 2 or not step["outputs"][0]:
+        return None
+    if step["op"] == "Gather":
+        if step["attrs"].get("axis", 0) not in (0, -3):
+            return None
+    elif step["op"] == "GatherND":
+        index = tensors.get(step["inputs"][1])
+        shape = getattr(index, "shape", None)
+        if step["attrs"].get("batch_dims", 0) != 0 or not shape or shape[-1] != 1:
+            return None
+    else:
         return None
     w = weights.get(step["inputs"][0])
-    if w is None or w.ndim != 3 or step["attrs"].get("axis", 0) not in (0, -3) or step["inputs"][1] in weights:
-        return None
-    if w.dtype.kind != "f" or 0 in w.shape:
+    if w is None or w.ndim != 3 or step["inputs"][1] in weights or w.dtype.kind != "f" or 0 in w.shape:
         return None
     return w
-

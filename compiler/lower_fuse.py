@@ -47,7 +47,7 @@ GATED_ACTIVATIONS = {"QuickGelu", "FastGelu", "Gelu"}  # com.microsoft, one inpu
 
 def fuse_program(steps: list[dict], weights: dict[str, np.ndarray], graph: gs.Graph) -> list[dict]:
     """The fusions; `weights` gains the concatenated weights and loses the ones no step reads any more."""
-    steps = fuse_expert_gemms(steps, weights, {t.name for t in graph.outputs} | _subgraph_reads(graph))
+    steps = fuse_expert_gemms(steps, weights, {t.name for t in graph.outputs} | _subgraph_reads(graph), graph.tensors())
     return fuse_elementwise(fuse_gated(merge_sibling_gemms(steps, weights, graph), weights, graph), graph)
 
 

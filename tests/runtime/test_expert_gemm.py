@@ -65,13 +65,29 @@ def test_shapes_outside_the_grouped_form_keep_the_gather_semantics():
     np.testing.assert_allclose(got, np.matmul(shared, stored[idx]), rtol=1e-6)
 
 
+def test_depth_one_gather_nd_indices_route_as_gather_indices():
+    x, idx, stored, want = _case(9, 1, 1)
+    (got,) = STEP([x, idx[:, None], stored], {"weights_side": 1, "index_depth": 1}, KernelContext(17))
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-4)
+    with pytest.raises(ValueError, match="depth 1"):
+        STEP([x, np.stack([idx, idx], -1), stored], {"weights_side": 1, "index_depth": 1}, KernelContext(17))
+
+
 def test_an_expert_index_out_of_range_is_an_error():
     x, idx, stored, _ = _case(4, 1, 1)
     with pytest.raises(IndexError, match="outside"):
         STEP([x, np.array([0, 1, EXPERTS, 2]), stored], {"weights_side": 1}, KernelContext(17))
 
 
-def _moe_model(path):
+def _gather(weight: str, out: str, nd: bool) -> list:
+    """TorchScript's Gather of the routed experts' weights, or dynamo's GatherND of [R, 1] indices."""
+    if not nd:
+        return [helper.make_node("Gather", [weight, "idx"], [out], axis=0)]
+    return [helper.make_node("Unsqueeze", ["idx", "k_axis"], [f"{out}_index"]),
+            helper.make_node("GatherND", [weight, f"{out}_index"], [out], batch_dims=0)]
+
+
+def _moe_model(path, nd: bool = False):
     """The batched-MM export's MoE block: top-2 routing, each routed row by its expert's gathered
     gate/up weight [E, 2I, H] (column form), SiLU-gated, then by the gathered down weight [E, H, I]."""
     rng = np.random.default_rng(11)
@@ -95,7 +111,7 @@ def _moe_model(path):
         helper.make_node("Unsqueeze", ["x", "k_axis"], ["x3"]),  # [T, 1, H]
         helper.make_node("Tile", ["x3", "repeat"], ["x_rep"]),  # [T, 2, H]
         helper.make_node("Reshape", ["x_rep", "as_column"], ["x_col"]),  # [2T, H, 1]
-        helper.make_node("Gather", ["gate_up", "idx"], ["w_gu"], axis=0),
+        *_gather("gate_up", "w_gu", nd),
         helper.make_node("MatMul", ["w_gu", "x_col"], ["gu3"]),  # [2T, 2I, 1]
         helper.make_node("Reshape", ["gu3", "gu_rows"], ["gu"]),
         helper.make_node("Split", ["gu", "halves"], ["g", "u"], axis=-1),
@@ -103,7 +119,7 @@ def _moe_model(path):
         helper.make_node("Mul", ["g", "sg"], ["silu"]),
         helper.make_node("Mul", ["silu", "u"], ["act"]),
         helper.make_node("Reshape", ["act", "as_column_i"], ["act_col"]),
-        helper.make_node("Gather", ["down", "idx"], ["w_d"], axis=0),
+        *_gather("down", "w_d", nd),
         helper.make_node("MatMul", ["w_d", "act_col"], ["d3"]),  # [2T, H, 1]
         helper.make_node("Reshape", ["d3", "h_rows"], ["d"]),
         helper.make_node("Reshape", ["top_p", "flat"], ["p_flat"]),
@@ -120,15 +136,17 @@ def _moe_model(path):
     return path
 
 
-def test_a_moe_block_builds_into_expert_gemms_and_matches_onnxruntime(tmp_path):
-    model = _moe_model(tmp_path / "moe.onnx")
+@pytest.mark.parametrize("nd", [False, True])
+def test_a_moe_block_builds_into_expert_gemms_and_matches_onnxruntime(tmp_path, nd):
+    model = _moe_model(tmp_path / "moe.onnx", nd)
     profile = tmp_path / "p.yaml"
     profile.write_text("inputs:\n  x: {min: [1, 32], opt: [16, 32], max: [64, 32]}\n")
     plan = tmp_path / "moe.plan"
     build(str(model), str(profile), str(plan), BuildOptions(use_cache=False, show_progress=False, allow_fallback=False))
     meta = read_plan(plan).meta
     experts = [s for s in meta["program"] if s["op"] == "ExpertMatMul"]
-    assert len(experts) == 2 and not any(s["op"] == "Gather" for s in meta["program"]), [s["op"] for s in meta["program"]]
+    assert len(experts) == 2 and not any(s["op"] in ("Gather", "GatherND") for s in meta["program"]), \
+        [s["op"] for s in meta["program"]]
     assert {s["attrs"]["weights_side"] for s in experts} == {0}
     session, reference = PlanSession(plan), ort_session(onnx.load(model))
     for t in (1, 16, 64):

@@ -9,7 +9,7 @@ import math
 
 from ..kernels.common import arg, norm_axis
 from ..kernels.conv import geometry, taps
-from ..kernels.expert_gemm import grouped_product
+from ..kernels.expert_gemm import expert_indices, grouped_product
 from .gemm import split_residual
 from .ops_elementwise import activate
 
@@ -211,7 +211,7 @@ def expert_matmul(inputs, attrs, ctx):
     """infc.cpu.ExpertMatMul (runtime/kernels/expert_gemm.py): one device GEMM per expert over the rows
     routed to it; the routing indices are read on the host, which decides the groups."""
     x, idx, weights = inputs
-    return [grouped_product(x, idx, weights, attrs.get("weights_side", 1), lambda a, e: ctx.xp.matmul(a, weights[e]),
+    return [grouped_product(x, expert_indices(idx, attrs), weights, attrs.get("weights_side", 1), lambda a, e: ctx.xp.matmul(a, weights[e]),
                             ctx.xp)]
 
 

@@ -16,7 +16,8 @@ summed by a GEMM instead of a GEMV (float32 rounding apart; 1000x faster on that
 not depend on how many other rows reached its expert, so each expert's GEMM runs as the decoder's
 own float32 GEMM step does (kernels/batch_invariant.py: the BLAS recipe checked row-invariant, the
 chain kernel for decode rows, or infc's own order), with a step context of its own per expert.
-Indices follow Gather's rules (negative ones count from the end; outside [-E, E) is an error).
+Indices follow Gather's rules (negative ones count from the end; outside [-E, E) is an error); with
+`index_depth` 1 they are GatherND's [.., 1] (dynamo exports), the last axis dropped.
 """
 
 from __future__ import annotations
@@ -77,8 +78,18 @@ def grouped_product(x, idx, weights, side: int, product, xp=np):
     return xp.ascontiguousarray(xp.swapaxes(out, -1, -2)) if side == 0 else out
 
 
+def expert_indices(idx, attrs):
+    """The routing indices as Gather's: GatherND's depth-1 indices [.., 1] lose their last axis."""
+    if not attrs.get("index_depth"):
+        return idx
+    if idx.ndim == 0 or idx.shape[-1] != 1:
+        raise ValueError(f"ExpertMatMul: GatherND indices of shape {list(idx.shape)} are not of depth 1")
+    return idx[..., 0]
+
+
 def expert_matmul(inputs, attrs, ctx):
     x, idx, weights = inputs
+    idx = expert_indices(idx, attrs)
     side = attrs.get("weights_side", 1)
     if x.dtype != weights.dtype:
         return [_gathered(x, idx, weights, side)]
