@@ -60,9 +60,10 @@ def _decoder_summary(meta: dict) -> dict | None:
     coded = sum(1 for s in meta["program"] if "weight_group" in (s.get("attrs") or {}))
     # of those, GEMMs of a quantize_dynamic file: activations quantized per row (runtime/row_quantized_gemm.py)
     rows = sum(1 for s in meta["program"] if (s.get("attrs") or {}).get(ROW_QUANTIZED))
+    experts = sum(1 for s in meta["program"] if (s.get("domain"), s["op"]) == ("infc.cpu", "ExpertMatMul"))
     return {**{k: decoder.get(k) for k in DECODER_FIELDS}, "chat_template": bool(decoder.get("chat_template")),
             "batch_invariant_gemms": gemms, "float64_gemms": legacy, "gemms_reading_codes": coded,
-            "gemms_quantizing_rows": rows,
+            "gemms_quantizing_rows": rows, "expert_gemm_steps": experts,
             "gemm_invariance": DEVICE_GEMMS if decoder.get("batch_invariant") is False else GEMM_INVARIANCE if gemms
             else "float64 (a plan built before float32 GEMMs)",
             "attention": _attention_options(meta["program"]),
@@ -109,7 +110,7 @@ ARCHITECTURE_TRAITS = (
     ("positions", (("RotaryEmbedding", "rotary"),)),
     ("norm", (("SimplifiedLayerNormalization", "RMSNorm"), ("SkipSimplifiedLayerNormalization", "RMSNorm"),
               ("LayerNormalization", "LayerNorm"), ("SkipLayerNormalization", "LayerNorm"))),
-    ("mlp", (("GatedActivation", "gated"),)),
+    ("mlp", (("ExpertMatMul", "mixture of experts (rows grouped per expert, one GEMM each)"), ("GatedActivation", "gated"))),
 )
 
 
@@ -201,7 +202,9 @@ def print_plan_report(report: dict, console: Console) -> None:
         console.print(f"decoder: {decoder['num_layers']} layers, {decoder['num_heads']} heads ({decoder['num_kv_heads']} KV), "
                       f"head dim {decoder['head_dim']}, vocab {decoder['vocab_size']}, context {decoder['max_model_len']}, "
                       f"KV blocks of {decoder['block_size']} tokens, chat template: {'yes' if decoder['chat_template'] else 'no'}; "
-                      f"{decoder['batch_invariant_gemms'] + decoder['float64_gemms']} GEMMs in {decoder['gemm_invariance']}")
+                      f"{decoder['batch_invariant_gemms'] + decoder['float64_gemms']} GEMMs in {decoder['gemm_invariance']}"
+                      + (f"; {decoder['expert_gemm_steps']} expert GEMM steps, each expert's GEMM the same way"
+                         if decoder.get("expert_gemm_steps") else ""))
         attention = decoder.get("attention") or {}
         if attention:
             parts = [f"sliding windows of {', '.join(map(str, attention['sliding_windows']))} keys"

@@ -131,6 +131,9 @@ def test_attention_sinks_are_paged_with_their_logits(profile, tmp_path):
     assert [a.get("window") for a in paged] == [24, None]  # gpt-oss: sliding layers first
     assert any(np.allclose(onnx.numpy_helper.to_array(t).reshape(-1), paged[0]["sinks"]) for t in sinks)
     assert plan_report(plan)["decoder"]["attention"] == {"sliding_windows": [24], "sink_layers": 2}  # infc inspect
+    # its experts (batched MMs of gathered weights) run one GEMM per expert (lower_experts.py), said by inspect
+    report = plan_report(plan)["decoder"]
+    assert report["expert_gemm_steps"] == 4 and report["architecture"]["mlp"].startswith("mixture of experts")
     runner = load_model_runner(plan)
     requests = prompts(NUM_REQUESTS, runner.spec.vocab_size, seed=1, max_len=90)  # past the window
     tokens, logits = runner_greedy(runner, requests, NUM_TOKENS, chunk_sizes=[17, 40, 9, 64], budget=96)
