@@ -294,7 +294,8 @@ def _is_plan(path: str) -> bool:
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the plan.")
 @click.option("--target", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16", "int8", "w8"]), default="fp32", show_default=True,
-              help="fp16/bf16: fp32 islands + self-repair; int8: QDQ (needs --calib); w8: int8 weights (decoder plans).")
+              help="fp16/bf16: fp32 islands + self-repair; int8: QDQ (needs --calib; decoder plans: int8 weights, activations "
+                   "quantized per token); w8: int8 weights (decoder plans).")
 @click.option("--tolerance", type=float, help="fp16/bf16: output error budget of the self-repair (default 1e-2).")
 @click.option("--calib", type=click.Path(), help="Calibration / verification inputs: an .npz or a folder of them.")
 @click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default="minmax", show_default=True)

@@ -290,6 +290,11 @@ def print_precision(precision: dict, console: Console) -> None:
     if precision.get("int8"):
         int8 = precision["int8"]
         console.print(f"  int8 {int8['method']} over {int8['num_samples']} samples: quantized {int8['quantized']}")
+    if precision.get("int8_per_token"):  # a decoder plan's int8 (decoder/dynamic_int8.py)
+        int8 = precision["int8_per_token"]
+        console.print(f"  int8: {int8['num_weights']} GEMM weights int8 ({int8['bytes_fp32'] / 1e6:.1f} MB fp32 -> "
+                      f"{int8['bytes_int8'] / 1e6:.1f} MB int8 + scales), {int8['gemms_quantizing_rows']} GEMMs quantize "
+                      "their activations per token")
     if precision.get("w8"):
         w8 = precision["w8"]
         console.print(f"  w8: {w8['num_weights']} GEMM weights int8 ({w8['bytes_fp32'] / 1e6:.1f} MB fp32 -> "

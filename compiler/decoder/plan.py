@@ -38,6 +38,8 @@ from .cache_branch import take_cache_branches
 from .canonicalize import LOGITS_INDICES, canonicalize
 from .device_plan import device_plan
 from .logits_rows import logits_rows_input
+from .dynamic_int8 import COMPUTE as INT8_COMPUTE
+from .dynamic_int8 import quantize_decoder_int8
 from .dynamic_quant import fold_dynamic_quantization, has_dynamic_quantization
 from .float32_export import as_float32, half_kind
 from .genai_export import is_genai_export
@@ -55,7 +57,7 @@ RUNNER_FED = ("position_ids", "attention_mask")  # fed per step by the runner; a
 RUNNER_FED_UNLISTED = ("cache_position", "token_type_ids")
 
 PLAN_KIND = "decoder"
-DECODER_PRECISIONS = ("fp32", "w8")
+DECODER_PRECISIONS = ("fp32", "w8", "int8")
 
 
 def build_decoder_plan(model_path: Path, handed: list[onnx.ModelProto], profile: Profile, output: Path, options,
@@ -66,8 +68,8 @@ def build_decoder_plan(model_path: Path, handed: list[onnx.ModelProto], profile:
 
     started = time.perf_counter()
     if options.precision not in DECODER_PRECISIONS:
-        raise BadInput(f"--precision {options.precision}: decoder plans are {' or '.join(DECODER_PRECISIONS)} "
-                       "(w8: int8 weights; activations stay fp32)")
+        raise BadInput(f"--precision {options.precision}: decoder plans are {', '.join(DECODER_PRECISIONS)} "
+                       "(w8: int8 weights, activations fp32; int8: int8 weights, activations quantized per token)")
     fingerprint = target_fingerprint(options.target)
     on_device = fingerprint.get("kind") == "cuda"
     if on_device and options.precision != "fp32":
@@ -98,7 +100,8 @@ def build_decoder_plan(model_path: Path, handed: list[onnx.ModelProto], profile:
         if not decoder.get(key) and value:
             decoder[key] = value
             log(f"{key.replace('_', ' ')} from the files beside the model")
-    precision = weight_only_int8(program, decoder, tokenizer, log) if options.precision == "w8" else None
+    precision = weight_only_int8(program, decoder, tokenizer, log) if options.precision == "w8" else \
+        dynamic_int8(program, decoder, options, log) if options.precision == "int8" else None
     if tokenizer is None:
         log("no tokenizer.json next to the model: the plan runs token ids only")
     cuda, cubins = device_plan(program, decoder, fingerprint, options, log) if on_device else (None, {})
@@ -201,6 +204,20 @@ def weight_only_int8(program, decoder: dict, tokenizer: bytes | None, log) -> di
     greedy = greedy_agreement(reference, program, decoder)
     return {"precision": "w8", "compute": W8_COMPUTE, "w8": w8.to_json(),
             "accuracy": {"reference": "the fp32 program", "greedy": greedy, "sensitivity": sensitivity.to_json()}}
+
+
+def dynamic_int8(program, decoder: dict, options, log) -> dict:
+    """int8 weights, activations quantized per token (decoder/dynamic_int8.py); the plan's accuracy
+    entry: greedy-token agreement with the fp32 program on a few seeded prompts."""
+    if getattr(options, "calib", None):
+        log("int8 decoder plans quantize each token's activations at run time: --calib is not used")
+    reference = dataclasses.replace(program, steps=copy.deepcopy(program.steps), weights=dict(program.weights))
+    int8 = quantize_decoder_int8(program)
+    log(f"int8: {int8['num_weights']} GEMM weights to int8 ({int8['bytes_fp32'] / 1e6:.1f} -> {int8['bytes_int8'] / 1e6:.1f} MB), "
+        f"{int8['gemms_quantizing_rows']} GEMMs quantizing their activations per token; checking greedy tokens against fp32")
+    greedy = greedy_agreement(reference, program, decoder)
+    return {"precision": "int8", "compute": INT8_COMPUTE, "int8_per_token": int8,
+            "accuracy": {"reference": "the fp32 program", "greedy": greedy}}
 
 
 def _attention_rejections(optimized) -> dict[str, int]:
