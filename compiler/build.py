@@ -24,6 +24,7 @@ from .memory_plan import plan_memory
 from .model_io import check_inference_mode, check_tensor_interface, load_model
 from .optimize import optimize_model
 from .plan.format import ArraySection, write_plan
+from .plan.weight_encoding import encode as encode_weight
 from .plan_report import kernel_name
 from .profile import (Profile, check_profile_matches_model, default_profile, defaulted_dims_note, feeds_profile,
                       load_profile)
@@ -96,8 +97,11 @@ def weights_section(weights: dict[str, np.ndarray]) -> tuple[ArraySection, dict]
         array = np.require(array, requirements="C")
         offset += (-offset) % 64
         table[name] = {"section": "weights", "offset": offset, "dtype": array.dtype.name, "shape": list(array.shape)}
-        parts.append((offset, array.reshape(-1).view(np.uint8)))  # its bytes, not copied
-        offset += array.nbytes
+        stored, encoding = encode_weight(array)  # bf16 values held in float32: their halves (plan/weight_encoding.py)
+        if encoding:
+            table[name]["encoding"] = encoding
+        parts.append((offset, stored.reshape(-1).view(np.uint8)))  # its bytes, not copied
+        offset += stored.nbytes
     return ArraySection(parts, offset), table
 
 

@@ -155,9 +155,13 @@ def kernel_name(step: dict) -> str:
 
 
 def _nbytes(info: dict) -> int:
+    """The weight's bytes in the plan (an encoded one's stored bytes: plan/weight_encoding.py)."""
     import numpy as np
 
-    return int(np.prod(info["shape"])) * np.dtype(info["dtype"]).itemsize if info["shape"] else np.dtype(info["dtype"]).itemsize
+    from .plan.weight_encoding import stored_itemsize
+
+    itemsize = stored_itemsize(info) or np.dtype(info["dtype"]).itemsize
+    return int(np.prod(info["shape"])) * itemsize if info["shape"] else itemsize
 
 
 def _tuning_table(tuning: list[dict], whole_model: bool = False) -> Table:

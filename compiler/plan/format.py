@@ -18,7 +18,7 @@ from ..atomic import atomic_path
 from ..errors import BadInput
 
 MAGIC = b"INFCPLAN"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: weight table entries may carry an `encoding` (plan/weight_encoding.py)
 ALIGNMENT = 64
 _PREFIX = struct.Struct("<8sIQ32s")  # magic, format version, header length, header sha256
 

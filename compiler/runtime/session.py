@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BadInput, InfcError
+from ..plan import weight_encoding
 from ..plan.format import read_plan
 from ..target import check_target
 from .executor import Executor
@@ -20,11 +21,14 @@ def _weights(plan) -> dict[str, np.ndarray]:
     weights = {}
     for name, info in plan.meta["weights"].items():
         dtype, section = _weight_dtype(plan, name, info), plan.sections.get(info.get("section"))
+        if not weight_encoding.known(info):
+            raise BadInput(f"{plan.path}: corrupt plan (weight '{name}' has encoding {info.get('encoding')!r})")
+        stored = np.dtype(np.uint16) if weight_encoding.stored_itemsize(info) == 2 else dtype
         count = int(np.prod(info["shape"])) if info["shape"] else 1
         # the checksums vouch for the bytes, not for a table edited and re-hashed: its entries stay in their section
-        if section is None or not 0 <= info["offset"] <= len(section) - count * dtype.itemsize:
+        if section is None or not 0 <= info["offset"] <= len(section) - count * stored.itemsize:
             raise BadInput(f"{plan.path}: corrupt plan (weight '{name}' lies outside its section)")
-        array = np.frombuffer(section, dtype=dtype, count=count, offset=info["offset"])
+        array = weight_encoding.decode(np.frombuffer(section, dtype=stored, count=count, offset=info["offset"]), info)
         weights[name] = array.reshape(info["shape"])
     return weights
 
