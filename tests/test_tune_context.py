@@ -44,7 +44,10 @@ def test_a_variant_that_rounds_otherwise_is_kept_when_as_close_to_fp32(monkeypat
     assert refused(fp32_reference=true_fp32) == []  # closer to fp32 than the program: a candidate
     # farther from fp32 than the program (here: the program is the fp32 answer): refused, and why
     (reason,) = refused(fp32_reference={"y": true_fp32["y"] * 1.1})
-    assert reason.endswith("of the largest output from fp32, where infc's program is 0")  # its fp32 answer here
+    # its fp32 answer here, up to the summation order of infc's convolution against onnxruntime's (0 on
+    # some machines, 1.8e-7 of the largest output on an AVX-512 EPYC)
+    prefix, program_distance = reason.rsplit("of the largest output from fp32, where infc's program is ", 1)
+    assert prefix.endswith("0.0909 ") and float(program_distance) < 1e-6, reason
 
 
 def test_the_race_gives_the_time_of_dropped_variants_to_the_close_ones():
