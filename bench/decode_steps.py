@@ -7,6 +7,11 @@ the caches), the plans take turns for `--rounds` rounds, and the median step cou
 A round: load the plan, prefill `--context` tokens per sequence, then time `--steps` decode steps of
 one token per sequence at each batch size. Prints each plan's median step time and its ratio to the
 first plan's; writes bench/results/decode_steps-<first plan>-<date>.json (or --output).
+
+`--base-code DIR` also runs every plan on another checkout of infc (DIR holds it as DIR/infc, e.g. from
+`git archive COMMIT | tar -x -C DIR/infc`), in turns with this one: a code change's effect on the same
+plans, each row then also as "<plan> @base". Step times are wall time; `--clock cpu` takes the process's
+CPU time (all threads), steadier on a loaded machine.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -21,6 +27,7 @@ from pathlib import Path
 
 ROUND = r"""
 import json, sys, time
+clock = time.process_time if sys.argv[5] == "cpu" else time.perf_counter
 from infc.compiler.runtime.decode_api import SeqChunk
 from infc.compiler.runtime.model_runner import load_model_runner
 plan, batches, context, steps = sys.argv[1], [int(b) for b in sys.argv[2].split(",")], int(sys.argv[3]), int(sys.argv[4])
@@ -35,9 +42,9 @@ for batch in batches:
     took = []
     for step in range(steps):
         chunks = [SeqChunk(i, [5], context + step, tables[i], True) for i in range(batch)]
-        started = time.perf_counter()
+        started = clock()
         runner.step(chunks)
-        took.append(time.perf_counter() - started)
+        took.append(clock() - started)
     times[batch] = took
 print(json.dumps(times))
 """
@@ -50,19 +57,26 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=128, help="prompt tokens prefilled per sequence")
     parser.add_argument("--steps", type=int, default=16, help="decode steps timed per batch size and round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--base-code", type=Path, help="a folder holding another checkout of infc as infc/")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
-    samples = {str(p): {b: [] for b in batches} for p in args.plans}
+    if args.base_code is not None and not (args.base_code / "infc" / "__init__.py").is_file():
+        parser.error(f"--base-code {args.base_code}: no infc/__init__.py there")
+    sides = [("", None)] + ([(" @base", str(args.base_code.resolve()))] if args.base_code is not None else [])
+    runs = [(f"{p}{tag}", p, code) for p in args.plans for tag, code in sides]
+    samples = {name: {b: [] for b in batches} for name, _, _ in runs}
     for round_ in range(args.rounds):
-        for plan in args.plans:
-            done = subprocess.run([sys.executable, "-c", ROUND, str(plan), args.batches, str(args.context), str(args.steps)],
-                                  check=True, capture_output=True, text=True)
+        for name, plan, code in runs:
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [code, os.environ.get("PYTHONPATH")]))) if code else None
+            done = subprocess.run([sys.executable, "-c", ROUND, str(plan), args.batches, str(args.context), str(args.steps),
+                                   args.clock], check=True, capture_output=True, text=True, env=env)
             for batch, took in json.loads(done.stdout.strip().splitlines()[-1]).items():
-                samples[str(plan)][int(batch)] += took
-            print(f"round {round_ + 1}: {plan.name} done", file=sys.stderr)
+                samples[name][int(batch)] += took
+            print(f"round {round_ + 1}: {Path(name).name} done", file=sys.stderr)
     medians = {p: {b: statistics.median(t) * 1e3 for b, t in by_batch.items()} for p, by_batch in samples.items()}
-    first = str(args.plans[0])
+    first = runs[0][0]
     print("| plan | " + " | ".join(f"batch {b} step ms (x first)" for b in batches) + " |")
     print("|---|" + "---|" * len(batches))
     for plan in medians:
@@ -71,6 +85,7 @@ def main() -> None:
     today = datetime.date.today().isoformat()
     output = args.output or Path(__file__).parent / "results" / f"decode_steps-{args.plans[0].stem}-{today}.json"
     output.write_text(json.dumps({"date": today, "context": args.context, "steps": args.steps, "rounds": args.rounds,
+                                  "clock": args.clock, "base_code": str(args.base_code) if args.base_code else None,
                                   "median_step_ms": medians}, indent=1) + "\n")
     print(f"wrote {output}", file=sys.stderr)
 

@@ -169,12 +169,19 @@ def over_column_blocks(blocks, n: int, run_block, blocks_kernel, run_spread) -> 
     if spread is None:
         parallel_for(len(blocks), lambda i: run_block(blocks[i][0], blocks[i][1]))
         return
+    spread_or_alone(lambda: run_spread(spread, block_array(tuple(blocks))), lambda: run_block(0, n))
+
+
+def spread_or_alone(run_spread, run_alone) -> None:
+    """run_spread() (a loop on numba's threads), or run_alone() on this thread while the backoff
+    says the other core is taken (see over_column_blocks). One backoff for the GEMMs and the paged
+    attention: a busy core is busy for both."""
     if _SPREAD_BACKOFF.skip:
         _SPREAD_BACKOFF.skip -= 1
-        run_block(0, n)
+        run_alone()
         return
     started, own_started = time.perf_counter(), time.thread_time()
-    run_spread(spread, block_array(tuple(blocks)))
+    run_spread()
     finished = time.perf_counter()
     _SPREAD_BACKOFF.record(started, started + (time.thread_time() - own_started), finished)
 

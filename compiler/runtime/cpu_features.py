@@ -16,7 +16,8 @@ def host_features() -> dict:
         return {}
 
 
+@functools.cache
 def has(*names: str) -> bool:
-    """The host has every one of these features."""
+    """The host has every one of these features (kept: kernels ask on every call, 120 times a decode step)."""
     features = host_features()
     return all(features.get(name) for name in names)

@@ -13,7 +13,8 @@ this takes them off the per-run path without any shape inference at build time.
 Load-time fusion: without an observer, a convolution whose only reader is an elementwise step with
 scalar operands runs that step as its epilogue, block by block in cache (kernels/conv_epilogue.py),
 a QuantizeLinear read only by a DequantizeLinear runs with it in one pass (kernels/fake_quant.py),
-and an fp16 / bf16 program's Cast pairs through the low type are one rounding step (cast_fold.py).
+an fp16 / bf16 program's Cast pairs through the low type are one rounding step (cast_fold.py),
+and Transpose pairs that cancel go and Reshape chains are one step (kernels/view_fold.py).
 Steps the build gave to onnxruntime (`"tactic"`, compiler/tune_vendor.py) run in one-node sessions,
 and runs of them in one session each (runtime/vendor_op.py).
 The plan keeps the steps as built, so device executors and observers see them unchanged.
@@ -48,6 +49,7 @@ from .kernels import kernel_for
 from .kernels.common import KernelContext, decode_attrs
 from .kernels.conv_epilogue import fuse_conv_epilogues
 from .kernels.fake_quant import fuse_fake_quantize
+from .kernels.view_fold import fold_views
 from .ort_crashes import optimizers_to_disable
 from .shape_contract import contradicts_shapes, input_shapes_text
 from .vendor_op import (GROUP_OP, TACTIC, as_feed, group_runner, group_tactic_steps, is_bridge_step, is_vendor_step,
@@ -112,6 +114,7 @@ class Executor:
             program_steps = fuse_fake_quantize(program_steps, set(self.output_names))
             program_steps = fuse_conv_epilogues(program_steps, self._weights, set(self.output_names))
             program_steps = fold_rounding(program_steps, set(self.output_names))
+            program_steps = fold_views(program_steps, set(self.output_names))
             program_steps = group_tactic_steps(program_steps, self._weights, set(self.output_names))
         # one onnxruntime session for the whole of the tactic steps spins (runtime/vendor_op.py)
         sessions = [s for s in program_steps if s["op"] == GROUP_OP or (s.get("tactic") and is_vendor_step(s)

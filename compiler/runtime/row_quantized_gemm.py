@@ -94,7 +94,7 @@ def _epilogue(acc: np.ndarray, zero: np.ndarray, column_sums: np.ndarray, scale:
     compiled = _loop(_epilogue_loop, acc.shape[0], acc.size)
     if compiled is not None:
         out = np.empty(acc.shape, np.float32)
-        compiled(acc, zero.astype(acc.dtype), column_sums.astype(acc.dtype), scale, w_scale, out)
+        compiled(acc, zero.astype(acc.dtype, copy=False), column_sums.astype(acc.dtype, copy=False), scale, w_scale, out)
         return out
     exact = acc.astype(np.int64) - zero.astype(np.int64)[:, None] * column_sums[None, :]
     return exact.astype(np.float32) * (scale[:, None] * w_scale[None, :])
@@ -111,8 +111,9 @@ class RowQuantizedWeight:
         self.scale = np.ascontiguousarray(scale.reshape(-1), np.float32)
         self.centered_max = int(np.abs(codes.astype(np.int16) - self.zero.astype(np.int16)).max(initial=0))
         self.column_sums = codes.astype(np.int64).sum(axis=0) - codes.shape[0] * self.zero.astype(np.int64)
+        self._sums_as: dict = {}  # the column sums in each accumulator type the epilogue meets (made once, not per call)
         self._session = None  # False once known not to serve
-        self._vnni = None  # (panels, int8 zero points), or False
+        self._vnni = None  # (panels, int8 zero points or None where all are 0), or False
         self._centered = None
 
     def prepare(self) -> None:
@@ -131,21 +132,26 @@ class RowQuantizedWeight:
             usable = vnni_gemm.has_vnni() and integer_gemm.fits_int32(self.codes.shape[0], 128, headroom=2)
             if usable:
                 weight, zero = integer_gemm.as_int8(self.codes, self.zero)
-                self._vnni = (vnni_gemm.pack_vnni(weight), zero.astype(np.int64))
+                # zero points all 0 (int8 codes, as quantize_dynamic writes them): no correction, None
+                self._vnni = (vnni_gemm.pack_vnni(weight), zero.astype(np.int64) if zero.any() else None)
             else:
                 self._vnni = False
         if not self._vnni:
             return None
         panels, zero = self._vnni
         raw = vnni_gemm.vnni_product(codes, panels, self.codes.shape[1])
-        if raw is None or not zero.any():
+        if raw is None or zero is None:
             return raw
         return raw - codes.sum(axis=1, dtype=np.int64)[:, None] * zero[None, :]
 
     def product(self, x: np.ndarray) -> np.ndarray:
         """x [M, K] float32 @ W, x quantized per row (see the module docstring), as float32 [M, N]."""
         codes, scale, zero = quantize_rows(x)
-        return _epilogue(self.integer_product(codes), zero, self.column_sums, scale, self.scale)
+        acc = self.integer_product(codes)
+        sums = self._sums_as.get(acc.dtype)
+        if sums is None:
+            sums = self._sums_as[acc.dtype] = self.column_sums.astype(acc.dtype)
+        return _epilogue(acc, zero, sums, scale, self.scale)
 
     def integer_product(self, codes: np.ndarray) -> np.ndarray:
         """codes [M, K] uint8 @ (W - W_zero), exactly: for decode rows from the VNNI tiles

@@ -104,3 +104,37 @@ def test_numba_threads_and_the_helper_thread_give_the_same_bits(monkeypatch):
     monkeypatch.setattr(pa, "PARALLEL_MIN_BYTES", 0)
     helper = pa.attend(*args)
     assert threads is not None and helper is not None and np.array_equal(threads, helper)
+
+
+def test_attention_stays_on_this_thread_while_the_gemms_back_off(monkeypatch):
+    """While the backoff of numba's threads says the other core is taken (chain_gemm.spread_or_alone),
+    a step's attention runs its tasks on this thread too, with the same bits as spread."""
+    from infc.compiler.runtime import chain_gemm
+    from infc.compiler.runtime.kernels import jit_paged_attention as pa
+
+    spread = pa._attend_parts.get_parallel()
+    if spread is None:
+        pytest.skip("compiled kernels off, or no thread-safe numba threading layer (OpenMP or TBB)")
+    rng = np.random.default_rng(6)
+    heads, kv_heads, head_dim, block = 6, 2, 32, 16
+    lengths = np.array([150, 90, 200])
+    per_seq = -(-lengths.max() // block)
+    k_pool = rng.standard_normal((per_seq * 3, kv_heads, block, head_dim), dtype=np.float32)
+    v_pool = rng.standard_normal(k_pool.shape, dtype=np.float32)
+    tables = rng.permutation(per_seq * 3).reshape(3, per_seq).astype(np.int64)
+    q = rng.standard_normal((1, 3, heads * head_dim), dtype=np.float32)
+    args = (q, k_pool, v_pool, tables, np.arange(4), lengths, heads, 0.17)
+    monkeypatch.setattr(pa, "SPREAD_MIN_BYTES", 0)
+    monkeypatch.setattr(chain_gemm, "_SPREAD_BACKOFF", chain_gemm.Backoff())
+    spread_calls = []
+
+    class Counting:
+        def get_parallel(self):
+            return lambda *a: (spread_calls.append(1), spread(*a))
+
+    monkeypatch.setattr(pa, "_attend_parts", Counting())
+    spread_out = pa.attend(*args)
+    chain_gemm._SPREAD_BACKOFF.skip = 2
+    alone = [pa.attend(*args) for _ in range(2)]
+    assert spread_calls == [1] and chain_gemm._SPREAD_BACKOFF.skip == 0
+    assert all(a is not None and np.array_equal(a, spread_out) for a in alone)

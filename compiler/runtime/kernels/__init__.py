@@ -42,6 +42,7 @@ from . import (
     signal,
     text,
     tuned_gemm,
+    view_fold,
     vision,
 )
 from .half import WIDENED, widen_half
@@ -50,7 +51,7 @@ _THESE_MODULES = re.escape(__name__) + r"(\.|$)"
 
 FAMILIES = (elementwise, cast, activation, reduce, shape, gather_scatter, conv, pool, gemm, norm, attention, resize,
             quant, loss, vision, signal, text, rnn, tuned_gemm, paged_attention, batch_invariant, chain,
-            conv_epilogue, fake_quant, expert_gemm)
+            conv_epilogue, fake_quant, expert_gemm, view_fold)
 
 
 def _merge() -> dict[tuple[str, str], Callable]:

@@ -41,6 +41,7 @@ import math
 
 import numpy as np
 
+from ..chain_gemm import spread_or_alone
 from ..gemm_impls import PARALLEL_MIN_BYTES
 from ..jit import jit, prange
 from .common import parallel_for
@@ -362,7 +363,15 @@ def attend(q, k_pool, v_pool, tables, starts, context_lens, num_heads: int, scal
     bounds = _part_bounds.get()(cost, _PARTS)
     if spread is not None:  # numba's threads: no GIL round trip (runtime/jit.py)
         ok = np.zeros(len(bounds) - 1, np.bool_)
-        spread(q2, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, slopes, sinks, group, out, ok)
+
+        def alone() -> None:
+            ok[:] = kernel(q2, k_pool, v_pool, tables, tasks, scale, softcap, window, slopes, sinks, group, out)
+
+        # the GEMMs' backoff: while numba's other thread starts late (its core busy with another
+        # process) a step's attention runs on this thread (one machine loaded to 10: 82 against
+        # 294 us a layer at four sequences); tasks never change a row's arithmetic
+        spread_or_alone(lambda: spread(q2, k_pool, v_pool, tables, tasks, bounds, scale, softcap, window, slopes, sinks,
+                                       group, out, ok), alone)
         return out if ok.all() else None
     failed = []
 
