@@ -242,6 +242,11 @@ class Executor:
         for name, value in self._weights.items():
             self._initial[slots[name]] = value
         self._output_slots = [(name, slots[name]) for name in self.output_names]
+        # _run_fast's loop unpacks these; `only_result` is the slot of a step's one output, else 0
+        # (slot 0 never takes a result: it is the None of omitted inputs). `step.run` stays read from
+        # the step: --op-profile swaps it for a timed one (step_profile.py)
+        self._hot_steps = [(step, step.kind, step.gather, step.attrs, step.ctx, step.donors,
+                            step.results[0] if step.single else 0, step.results, step.drops) for step in self._steps]
 
     def _the_sole_island(self) -> _Step | None:
         """The one step of a plan that is one onnxruntime session (an island: a model kept whole,
@@ -276,7 +281,7 @@ class Executor:
                     self._run_general(values, memoize)
         except BaseException as exc:
             # a run cut short may leave a segment's memo half filled: forget it all
-            step = self._current
+            step, self._current = self._current, None
             self._forget_shapes()
             if step is not None and step.donors:
                 step.ctx.out[0] = None
@@ -308,40 +313,42 @@ class Executor:
         raise InfcError(f"{label} failed: {type(exc).__name__}: {exc}") from exc
 
     def _run_fast(self, values: list) -> None:
-        """The hot loop: memoized shape arithmetic, no observer."""
-        states, state = self._states, 0
-        for step in self._steps:
-            self._current = step
-            kind = step.kind
-            if kind == STATIC:
-                results = step.memo.get(state)
-                if results is not None:
-                    if step.needed:
-                        for index, value in zip(step.results, results):
-                            values[index] = value
-                    continue  # a static step frees nothing: its inputs are static too (or kept)
-            args = step.gather(values)
-            donors = step.donors
-            if donors:
-                out = step.ctx.out
-                out[0] = _donation(args, donors)
-                results = step.run(args, step.attrs, step.ctx)
-                out[0] = None
-            else:
-                results = step.run(args, step.attrs, step.ctx)
-            if kind == STATIC:
-                step.memo[state] = results
-            elif kind == SOURCE:
-                key = (state, args[0].shape)
-                state = states.get(key) or self._new_state(key)
-            if step.single:
-                values[step.results[0]] = results[0]
-            else:
-                for index, value in zip(step.results, results):
-                    values[index] = value
-            for index in step.drops:
-                values[index] = None
-        self._current = None
+        """The hot loop: memoized shape arithmetic, no observer. Each step's fields come unpacked from
+        one tuple (`_hot_steps`), and the running step is named only when one fails: on a model of
+        tiny steps the executor's own Python is a good part of each step's time."""
+        states, state, step = self._states, 0, None
+        try:
+            for step, kind, gather, attrs, ctx, donors, only_result, result_slots, drops in self._hot_steps:
+                if kind == STATIC:
+                    results = step.memo.get(state)
+                    if results is not None:
+                        if step.needed:
+                            for index, value in zip(result_slots, results):
+                                values[index] = value
+                        continue  # a static step frees nothing: its inputs are static too (or kept)
+                args = gather(values)
+                if donors:
+                    out = ctx.out
+                    out[0] = _donation(args, donors)
+                    results = step.run(args, attrs, ctx)
+                    out[0] = None
+                else:
+                    results = step.run(args, attrs, ctx)
+                if kind == STATIC:
+                    step.memo[state] = results
+                elif kind == SOURCE:
+                    key = (state, args[0].shape)
+                    state = states.get(key) or self._new_state(key)
+                if only_result:
+                    values[only_result] = results[0]
+                else:
+                    for index, value in zip(result_slots, results):
+                        values[index] = value
+                for index in drops:
+                    values[index] = None
+        except BaseException:
+            self._current = step  # run() names it and clears its donated buffer
+            raise
 
     def _run_general(self, values: list, memoize: bool) -> None:
         """Every value observed (and materialized), or no memo (a feed overrides a weight)."""
