@@ -44,7 +44,10 @@ def test_a_variant_that_rounds_otherwise_is_kept_when_as_close_to_fp32(monkeypat
     assert refused(fp32_reference=true_fp32) == []  # closer to fp32 than the program: a candidate
     # farther from fp32 than the program (here: the program is the fp32 answer): refused, and why
     (reason,) = refused(fp32_reference={"y": true_fp32["y"] * 1.1})
-    assert reason.endswith("of the largest output from fp32, where infc's program is 0")  # its fp32 answer here
+    # the program's answer is fp32's within rounding (bit for bit only where infc's convolution sums as
+    # onnxruntime's does: on an AMD EPYC it is 1.8e-07 off)
+    program_error = reason.rsplit("where infc's program is ", 1)[1]
+    assert reason.startswith("all: outputs differ") and float(program_error) < 1e-6, reason
 
 
 def test_the_race_gives_the_time_of_dropped_variants_to_the_close_ones():
