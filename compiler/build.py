@@ -157,7 +157,9 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     # optimized model as it is, in reduced precision the converted one before its constants were
     # folded; either way a QDQ model keeps the int8 weights onnxruntime's int8 kernels read
     is_reduced = options.precision != "fp32"
-    whole = (offer_whole_model(precision.vendor_model if is_reduced else optimized.model, is_reduced)
+    # (at fp32 also the model as given: onnxruntime may run its own fusions of it faster than infc's)
+    whole = (offer_whole_model(precision.vendor_model if is_reduced else optimized.model, is_reduced,
+                               as_given=None if is_reduced else model)
              if options.target != "cuda" and options.allow_fallback else None)
     # the program holds the weights now: the optimized model's copies go (the given model stays, the
     # reference of --verify and of the precision report)
@@ -192,6 +194,9 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
             if refused:
                 log(f"the whole model is not raced in onnxruntime: {refused}")
                 whole = None
+            elif whole.form_ms:
+                log(f"the whole model races as {whole.form} (onnxruntime: " +
+                    ", ".join(f"{form} {ms:.3g} ms" for form, ms in whole.form_ms.items()) + ")")
         fp32_reference = None  # a reduced-precision program's variants round otherwise: held to fp32 (tune_context.py)
         if is_reduced:
             fp32_reference = whole.reference if whole is not None and whole.reference is not None else original_outputs(model, feeds)

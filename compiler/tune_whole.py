@@ -7,7 +7,10 @@ microseconds of work, between islands that split any run of sessions (an Isolati
 around two islands, 6.9x onnxruntime's time). So the model that was lowered (optimized, at the
 build's precision) also runs as one island, timed and checked with the other variants; it is kept
 only when it beats the fastest of them by WHOLE_MARGIN, and then it is the whole program: one
-island step over the model, whose section holds the weights (the program's own go).
+island step over the model, whose section holds the weights (the program's own go). At fp32 the
+model as given is its other form: prove() times both in onnxruntime once, side by side, and the
+variant is the faster (AS_GIVEN_MARGIN), since infc's fusions, written for its kernels, can make
+onnxruntime slower on a small model than its own fusions of the original.
 
 What it must agree with: at fp32, onnxruntime's outputs of the model as given, in a session with
 its graph optimizations on (what a user of onnxruntime gets), not infc's program. The two differ on
@@ -23,7 +26,8 @@ infc's program is (ACCURACY_FACTOR, ACCURACY_SLACK), since the two round differe
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -62,11 +66,40 @@ class WholeModel:
     # model quantized by another tool rounds its activations to a grid, and a value near a bin edge
     # flips a step, so two correct evaluations of it are this far apart (0: not measured)
     reference_noise: float = 0.0
+    # fp32: the model as given, timed against the optimized one in prove() (AS_GIVEN_MARGIN); None once
+    # decided, or where not offered
+    as_given_bytes: bytes | None = None
+    form: str = "optimized"  # which of the two `model_bytes` is: "optimized" or "as given"
+    form_ms: dict = field(default_factory=dict)  # prove()'s medians of the two forms, where it timed them
 
 
-def offer(model: onnx.ModelProto | None, is_reduced: bool = False) -> WholeModel | None:
+# The whole model is the optimized model, unless onnxruntime runs the model as given faster by this
+# much. infc's fusions are written for its own kernels; onnxruntime fuses the original its own way,
+# and on tiny models its unfused path beats the ops infc fused (BERT fixture at 2x16 tokens: 93 us
+# as given, 170 us optimized; without infc's attention fusion 133 us, without its GEMM fusion 129 us).
+AS_GIVEN_MARGIN = 0.05
+AS_GIVEN_MAX_BYTES = 1 << 28  # a second copy of the model is held until prove() picks: small models only
+FORM_BUDGET_S = 0.4  # prove()'s timing of the two forms, both together
+
+
+def offer(model: onnx.ModelProto | None, is_reduced: bool = False,
+          as_given: onnx.ModelProto | None = None) -> WholeModel | None:
+    """The whole-model variant over `model` (the optimized model at fp32); `as_given`, at fp32, the
+    model before infc's passes, raced against it once in prove() when its inputs and outputs are the same."""
     model_bytes = whole_model_bytes(model)
-    return None if model_bytes is None else WholeModel(model_bytes, is_reduced)
+    if model_bytes is None:
+        return None
+    whole = WholeModel(model_bytes, is_reduced)
+    if as_given is not None and not is_reduced and as_given.ByteSize() <= AS_GIVEN_MAX_BYTES and _same_io(model, as_given):
+        whole.as_given_bytes = whole_model_bytes(as_given)
+    return whole
+
+
+def _same_io(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+    def io(model):
+        initializers = {init.name for init in model.graph.initializer}
+        return ([i.name for i in model.graph.input if i.name not in initializers], [o.name for o in model.graph.output])
+    return io(a) == io(b)
 
 
 def accuracy_refusal(whole: WholeModel, outputs: dict, program_outputs: dict, names: list[str]) -> str | None:
@@ -105,11 +138,20 @@ def prove(whole: WholeModel, original: onnx.ModelProto | None, feeds: dict, time
         reference = original_outputs(original, feeds) if original is not None else None
         if reference is not None and _on_a_grid(original):
             reference.update({NUDGED + name: value for name, value in (original_outputs(original, nudged_feeds(feeds)) or {}).items()})
+        if whole.as_given_bytes is not None:  # last: the reference already ran the model as given here
+            timed = time_forms({"optimized": whole.model_bytes, "as given": whole.as_given_bytes}, feeds)
+            reference = {**(reference or {}), **{FORM_MS + form: np.float64(ms) for form, ms in timed.items()}}
         return reference
 
     outputs, failure = run_in_child(once, timeout_s)
+    as_given, whole.as_given_bytes = whole.as_given_bytes, None
     if failure is not None:
         return failure + " running it on the build's inputs"
+    if outputs is not None:
+        whole.form_ms = {name[len(FORM_MS):]: float(value) for name, value in outputs.items() if name.startswith(FORM_MS)}
+        outputs = {name: value for name, value in outputs.items() if not name.startswith(FORM_MS)} or None
+        if as_given is not None and whole.form_ms.get("as given", np.inf) < whole.form_ms.get("optimized", 0.0) * (1.0 - AS_GIVEN_MARGIN):
+            whole.model_bytes, whole.form = as_given, "as given"
     if outputs is not None:
         nudged = {name[len(NUDGED):]: value for name, value in outputs.items() if name.startswith(NUDGED)}
         whole.reference = {name: value for name, value in outputs.items() if not name.startswith(NUDGED)}
@@ -118,6 +160,29 @@ def prove(whole: WholeModel, original: onnx.ModelProto | None, feeds: dict, time
 
 
 NUDGED = "infc-nudged/"
+FORM_MS = "infc-form-ms/"
+
+
+def time_forms(forms: dict[str, bytes], feeds: dict, budget_s: float = FORM_BUDGET_S) -> dict[str, float]:
+    """Median ms of a run of each model in onnxruntime (as an island runs it: spinning, the known crashes'
+    optimizers off), in interleaved rounds that share the machine's noise."""
+    runs = {form: _session_run(model_bytes, feeds) for form, model_bytes in forms.items()}
+    for run in runs.values():
+        run()  # the first run allocates
+    samples: dict[str, list[float]] = {form: [] for form in runs}
+    deadline = time.perf_counter() + budget_s
+    for _ in range(FORM_ROUNDS):
+        for form, run in runs.items():
+            for _ in range(FORM_RUNS_A_ROUND):
+                started = time.perf_counter()
+                run()
+                samples[form].append(time.perf_counter() - started)
+        if time.perf_counter() > deadline:
+            break
+    return {form: float(np.median(times)) * 1e3 for form, times in samples.items()}
+
+
+FORM_ROUNDS, FORM_RUNS_A_ROUND = 5, 10
 
 
 GRID_OPS = frozenset({"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearMatMul",
@@ -158,6 +223,11 @@ def relative_distance(got: dict, want: dict) -> float:
 
 
 def _run_once(model_bytes: bytes, feeds: dict) -> None:
+    _session_run(model_bytes, feeds)()
+
+
+def _session_run(model_bytes: bytes, feeds: dict):
+    """A call that runs the model once in a fresh session on the feeds it reads."""
     import onnxruntime as ort  # noqa: PLC0415
 
     from .runtime.ort_crashes import optimizers_to_disable  # noqa: PLC0415
@@ -168,7 +238,8 @@ def _run_once(model_bytes: bytes, feeds: dict) -> None:
     session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"],
                                    disabled_optimizers=optimizers_to_disable(onnx.load_from_string(model_bytes).graph.node) or None)
     names = {i.name for i in session.get_inputs()}
-    session.run(None, {name: as_feed(value) for name, value in feeds.items() if name in names})
+    fed = {name: as_feed(value) for name, value in feeds.items() if name in names}
+    return lambda: session.run(None, fed)
 
 
 def original_outputs(model: onnx.ModelProto, feeds: dict) -> dict[str, np.ndarray] | None:

@@ -232,3 +232,42 @@ def test_a_model_quantized_by_another_tool_is_held_to_its_own_conditioning(tmp_p
     whole.reference = {name: value * 1.2 for name, value in whole.reference.items()}  # 20% off: a wrong kernel
     summary = tune_context.confirm_in_context(program, {"x": x}, budget_s=0.0, whole_model=whole)
     assert any(r.startswith(tune_whole.WHOLE) for r in summary["rejected_wrong"])
+
+
+def _relu_then_scale(num_scales: int) -> onnx.ModelProto:
+    """y = relu(x) times 1, `num_scales` times over: the same outputs from more or fewer nodes."""
+    nodes = [helper.make_node("Relu", ["x"], ["r0"])]
+    for index in range(num_scales):
+        nodes.append(helper.make_node("Mul", [f"r{index}", "one"], [f"r{index + 1}"]))
+    nodes.append(helper.make_node("Identity", [f"r{num_scales}"], ["y"]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])],
+                              [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+
+
+def test_the_model_as_given_races_whole_where_onnxruntime_runs_it_faster(monkeypatch):
+    """fp32: onnxruntime's own fusions of the original can beat what it makes of infc's optimized model
+    (the BERT fixture: 93 against 170 us); prove() times both once and keeps the faster by a margin."""
+    given, optimized = _relu_then_scale(0), _relu_then_scale(3)
+    feeds = {"x": np.array([-1.0, 2.0, 3.0], np.float32)}
+    for medians, form in (({"optimized": 1.0, "as given": 0.5}, "as given"), ({"optimized": 1.0, "as given": 0.97}, "optimized")):
+        monkeypatch.setattr(tune_whole, "time_forms", lambda forms, feeds, medians=medians: dict(medians))
+        whole = tune_whole.offer(optimized, as_given=given)
+        assert whole.as_given_bytes == tune_whole.whole_model_bytes(given)
+        assert tune_whole.prove(whole, given, feeds) is None
+        assert whole.form == form and whole.form_ms == medians and whole.as_given_bytes is None
+        assert whole.model_bytes == tune_whole.whole_model_bytes(given if form == "as given" else optimized)
+        np.testing.assert_array_equal(whole.reference["y"], [0.0, 2.0, 3.0])
+
+
+def test_the_model_as_given_is_timed_for_real_and_offered_only_at_fp32_with_the_same_io():
+    given, optimized = _relu_then_scale(0), _relu_then_scale(2)
+    whole = tune_whole.offer(optimized, as_given=given)
+    assert tune_whole.prove(whole, given, {"x": np.ones(4, np.float32)}) is None
+    assert set(whole.form_ms) == {"optimized", "as given"} and all(ms > 0 for ms in whole.form_ms.values())
+    assert whole.model_bytes == tune_whole.whole_model_bytes(given if whole.form == "as given" else optimized)
+    assert tune_whole.offer(optimized, is_reduced=True, as_given=given).as_given_bytes is None
+    renamed = _relu_then_scale(0)
+    renamed.graph.output[0].name = renamed.graph.node[-1].output[0] = "z"
+    assert tune_whole.offer(optimized, as_given=renamed).as_given_bytes is None

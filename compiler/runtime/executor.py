@@ -50,9 +50,10 @@ from .kernels.common import KernelContext, decode_attrs
 from .kernels.conv_epilogue import fuse_conv_epilogues
 from .kernels.fake_quant import fuse_fake_quantize
 from .kernels.view_fold import fold_views
+from .ort_call import named_feeds, session_runner
 from .ort_crashes import optimizers_to_disable
 from .shape_contract import contradicts_shapes, input_shapes_text
-from .vendor_op import (GROUP_OP, TACTIC, as_feed, group_runner, group_tactic_steps, is_bridge_step, is_vendor_step,
+from .vendor_op import (GROUP_OP, TACTIC, group_runner, group_tactic_steps, is_bridge_step, is_vendor_step,
                         vendor_runner)
 
 ISLAND_OP = "__island__"
@@ -127,6 +128,8 @@ class Executor:
         # threads around every run would cost a tiny model's run a tenth of its time
         self._caps_blas = any(step.key[1] not in (ISLAND_OP, GROUP_OP) for step in self._steps)
         self._sole_island = self._the_sole_island()
+        self._sole_writes_outputs = self._sole_island is not None and list(self._sole_island.outputs) == self.output_names
+        self._input_set = frozenset(self.input_names)
         self._assign_frees()
         self._classify()
         self._assign_slots()
@@ -242,20 +245,26 @@ class Executor:
         for name, value in self._weights.items():
             self._initial[slots[name]] = value
         self._output_slots = [(name, slots[name]) for name in self.output_names]
+        # _run_fast's loop unpacks these; `only_result` is the slot of a step's one output, else 0
+        # (slot 0 never takes a result: it is the None of omitted inputs). `step.run` stays read from
+        # the step: --op-profile swaps it for a timed one (step_profile.py)
+        self._hot_steps = [(step, step.kind, step.gather, step.attrs, step.ctx, step.donors,
+                            step.results[0] if step.single else 0, step.results, step.drops) for step in self._steps]
 
     def _the_sole_island(self) -> _Step | None:
-        """The one step of a plan that is one onnxruntime island reading the graph inputs and writing
-        every output (a model kept whole, tune_whole.py): its runs skip the slots and memo, whose
-        microseconds are a tiny model's run time in onnxruntime over again."""
-        if self._observer is not None or len(self._steps) != 1 or self._steps[0].key[1] != ISLAND_OP:
+        """The one step of a plan that is one onnxruntime session (an island: a model kept whole,
+        tune_whole.py; or a group of all its tactic steps) reading the graph inputs and writing every
+        output: its runs skip the slots and memo, whose microseconds are a tiny model's run time in
+        onnxruntime over again."""
+        if self._observer is not None or len(self._steps) != 1 or self._steps[0].key[1] not in (ISLAND_OP, GROUP_OP):
             return None
         step = self._steps[0]
         reads_inputs = set(step.inputs) <= set(self.input_names) and "" not in step.inputs
         return step if reads_inputs and set(self.output_names) <= set(step.outputs) else None
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        missing = [name for name in self.input_names if name not in feeds]
-        if missing:
+        if not feeds.keys() >= self._input_set:  # a set comparison: the common case costs no Python loop
+            missing = [name for name in self.input_names if name not in feeds]
             raise BadInput(f"missing input(s): {', '.join(missing)}")
         if self._sole_island is not None:
             return self._run_sole_island(feeds)
@@ -275,7 +284,7 @@ class Executor:
                     self._run_general(values, memoize)
         except BaseException as exc:
             # a run cut short may leave a segment's memo half filled: forget it all
-            step = self._current
+            step, self._current = self._current, None
             self._forget_shapes()
             if step is not None and step.donors:
                 step.ctx.out[0] = None
@@ -288,6 +297,8 @@ class Executor:
             results = step.run([feeds[name] for name in step.inputs], step.attrs, step.ctx)
         except BaseException as exc:
             self._raise_failed(exc, step, feeds)
+        if self._sole_writes_outputs:
+            return dict(zip(self.output_names, results))
         produced = dict(zip(step.outputs, results))
         return {name: produced[name] for name in self.output_names}
 
@@ -305,40 +316,42 @@ class Executor:
         raise InfcError(f"{label} failed: {type(exc).__name__}: {exc}") from exc
 
     def _run_fast(self, values: list) -> None:
-        """The hot loop: memoized shape arithmetic, no observer."""
-        states, state = self._states, 0
-        for step in self._steps:
-            self._current = step
-            kind = step.kind
-            if kind == STATIC:
-                results = step.memo.get(state)
-                if results is not None:
-                    if step.needed:
-                        for index, value in zip(step.results, results):
-                            values[index] = value
-                    continue  # a static step frees nothing: its inputs are static too (or kept)
-            args = step.gather(values)
-            donors = step.donors
-            if donors:
-                out = step.ctx.out
-                out[0] = _donation(args, donors)
-                results = step.run(args, step.attrs, step.ctx)
-                out[0] = None
-            else:
-                results = step.run(args, step.attrs, step.ctx)
-            if kind == STATIC:
-                step.memo[state] = results
-            elif kind == SOURCE:
-                key = (state, args[0].shape)
-                state = states.get(key) or self._new_state(key)
-            if step.single:
-                values[step.results[0]] = results[0]
-            else:
-                for index, value in zip(step.results, results):
-                    values[index] = value
-            for index in step.drops:
-                values[index] = None
-        self._current = None
+        """The hot loop: memoized shape arithmetic, no observer. Each step's fields come unpacked from
+        one tuple (`_hot_steps`), and the running step is named only when one fails: on a model of
+        tiny steps the executor's own Python is a good part of each step's time."""
+        states, state, step = self._states, 0, None
+        try:
+            for step, kind, gather, attrs, ctx, donors, only_result, result_slots, drops in self._hot_steps:
+                if kind == STATIC:
+                    results = step.memo.get(state)
+                    if results is not None:
+                        if step.needed:
+                            for index, value in zip(result_slots, results):
+                                values[index] = value
+                        continue  # a static step frees nothing: its inputs are static too (or kept)
+                args = gather(values)
+                if donors:
+                    out = ctx.out
+                    out[0] = _donation(args, donors)
+                    results = step.run(args, attrs, ctx)
+                    out[0] = None
+                else:
+                    results = step.run(args, attrs, ctx)
+                if kind == STATIC:
+                    step.memo[state] = results
+                elif kind == SOURCE:
+                    key = (state, args[0].shape)
+                    state = states.get(key) or self._new_state(key)
+                if only_result:
+                    values[only_result] = results[0]
+                else:
+                    for index, value in zip(result_slots, results):
+                        values[index] = value
+                for index in drops:
+                    values[index] = None
+        except BaseException:
+            self._current = step  # run() names it and clears its donated buffer
+            raise
 
     def _run_general(self, values: list, memoize: bool) -> None:
         """Every value observed (and materialized), or no memo (a feed overrides a weight)."""
@@ -466,20 +479,27 @@ def _island_runner(model_bytes: bytes, input_names, output_names, spin: bool = T
     untyped = any(_is_unknown(value) for value in model.graph.input)
     disabled = optimizers_to_disable(model.graph.node) or None  # known onnxruntime crashes (ort_crashes.py)
     del model
-    sessions = [] if untyped else [ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"],
-                                                        disabled_optimizers=disabled)]
-    # the bytes are kept only until the session exists: a whole-model island (tune_whole.py) is the
-    # model itself, and onnxruntime holds its own copy of the weights
-    pending = [model_bytes] if untyped else []
+    input_names, output_names = list(input_names), list(output_names)
+    if not untyped:
+        run = session_runner(ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"],
+                                                  disabled_optimizers=disabled))
+        del model_bytes  # a whole-model island (tune_whole.py) is the model itself: onnxruntime holds the weights
+
+        def _island(inputs, attrs, ctx):
+            return run(output_names, named_feeds(input_names, inputs))
+
+        return _island
+    # the bytes are kept only until the session exists
+    pending, runs = [model_bytes], []
     del model_bytes
 
-    def _island(inputs, attrs, ctx):
-        if not sessions:
-            sessions.append(ort.InferenceSession(_typed(pending.pop(), dict(zip(input_names, inputs))), options,
-                                                 providers=["CPUExecutionProvider"], disabled_optimizers=disabled))
-        return sessions[0].run(list(output_names), {name: as_feed(value) for name, value in zip(input_names, inputs)})
+    def _island_typed_at_first_run(inputs, attrs, ctx):
+        if not runs:
+            runs.append(session_runner(ort.InferenceSession(_typed(pending.pop(), dict(zip(input_names, inputs))), options,
+                                                            providers=["CPUExecutionProvider"], disabled_optimizers=disabled)))
+        return runs[0](output_names, named_feeds(input_names, inputs))
 
-    return _island
+    return _island_typed_at_first_run
 
 
 def _typed(model_bytes: bytes, feeds: dict) -> bytes:

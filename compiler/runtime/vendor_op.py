@@ -29,7 +29,10 @@ from typing import Callable
 import numpy as np
 
 from .conv_sum_form import conv_sum_nodes, has_sum
+from .ort_call import as_feed, named_feeds, session_runner
 from .ort_crashes import optimizers_to_disable
+
+__all__ = ["as_feed"]  # re-exported: tactic sessions and islands feed through it (ort_call.py)
 
 TACTIC = "onnxruntime"
 NATIVE = "infc"
@@ -144,19 +147,21 @@ def vendor_runner(step_op: str, step_domain: str, attrs: dict, input_names: list
         if name and name not in constants and name not in {fed_name for fed_name, _ in fed}:
             fed.append((name, index))
     outputs = [name for name in node_outputs if name]
-    session = _session([step], [name for name, _ in fed], outputs, constants, lambda a: a, threads)
+    run = session_runner(_session([step], [name for name, _ in fed], outputs, constants, lambda a: a, threads))
+    if all(wanted) and [index for _, index in fed] == list(range(len(fed))):  # a Conv or GEMM: no gaps to fill
+        fed_names = [name for name, _ in fed]
 
-    def in_onnxruntime(inputs, attrs, ctx):
-        results = iter(session.run(outputs, {name: as_feed(inputs[index]) for name, index in fed}))
+        def in_onnxruntime(inputs, attrs, ctx):
+            return run(outputs, named_feeds(fed_names, inputs))
+
+        return in_onnxruntime
+
+    def in_onnxruntime_gaps(inputs, attrs, ctx):
+        results = iter(run(outputs, {name: as_feed(inputs[index]) for name, index in fed}))
         return [next(results) if is_wanted else None for is_wanted in wanted]
 
-    return in_onnxruntime
+    return in_onnxruntime_gaps
 
-
-def as_feed(value):
-    """onnxruntime takes arrays only: a NumPy scalar some kernel made (np.take with a 0-d index, a ufunc
-    of 0-d arrays give one) becomes the 0-d array it stands for. Tactic sessions and islands feed through it."""
-    return value if isinstance(value, np.ndarray) else np.asarray(value)
 
 
 def _session(members: list[dict], input_names: list[str], output_names: list[str], weights: dict, decode,
@@ -337,10 +342,10 @@ def group_runner(step: dict, weights: dict, decode, opset: int, spin: bool = Fal
     the model's; `islands`: the plan's island sections (a member may be one); `spin`: its workers spin-wait between parallel sections, as onnxruntime's do by
     default (right when it is the program's only session: nobody else's workers need the cores)."""
     input_names, output_names = list(step["inputs"]), list(step["outputs"])
-    session = _session(step["members"], input_names, output_names, weights, decode, opset=opset, spin=spin,
-                       islands=islands)
+    run = session_runner(_session(step["members"], input_names, output_names, weights, decode, opset=opset, spin=spin,
+                                  islands=islands))
 
     def group_in_onnxruntime(inputs, attrs, ctx):
-        return session.run(output_names, {name: as_feed(value) for name, value in zip(input_names, inputs)})
+        return run(output_names, named_feeds(input_names, inputs))
 
     return group_in_onnxruntime

@@ -7,7 +7,7 @@ import onnx
 import pytest
 from onnx import helper
 
-from infc.compiler.errors import BadInput
+from infc.compiler.errors import BadInput, InfcError
 from infc.compiler.runtime.executor import Executor
 from infc.compiler.runtime.kernels import KERNELS, has_kernel
 from infc.compiler.testing import FIXTURES
@@ -175,3 +175,15 @@ def test_the_memo_holds_with_more_shape_steps_than_shapes_cached(monkeypatch):
         out = executor.run({"x": np.ones(shape, F32)})
         assert all(out[name].shape == (3 * shape[0],) for name in outputs)
     assert len(calls) == 20  # each Mul once per distinct input shape
+
+
+def test_a_failing_step_is_named_and_the_next_run_is_clean():
+    # the hot loop names the running step only when one fails (executor._run_fast)
+    steps = [{"op": "Relu", "domain": "", "name": "relu", "inputs": ["x"], "outputs": ["a"], "attrs": {}},
+             {"op": "Reshape", "domain": "", "name": "bad", "inputs": ["a", "shape"], "outputs": ["y"], "attrs": {}}]
+    executor = Executor(steps, {"shape": np.array([2, -1], np.int64)}, opset=17, output_names=["y"])
+    with pytest.raises(InfcError, match="Reshape 'bad'"):
+        executor.run({"x": np.ones(3, F32)})
+    assert executor._current is None
+    x = np.array([-1, 2, -3, 4], F32)
+    np.testing.assert_array_equal(executor.run({"x": x})["y"], np.maximum(x, 0).reshape(2, 2))
