@@ -30,7 +30,7 @@ def test_random_graphs_agree_with_onnxruntime(seed, fuzz, tmp_path):
 # the wider table: QDQ and QLinear forms, Loop / Scan / sequences, float16, opset 11 / 13 / 23
 @pytest.mark.parametrize("seed", WIDE_SEEDS)
 def test_wider_forms_agree_with_onnxruntime(seed, fuzz, tmp_path):
-    result = fuzz.check_seed(seed, tmp_path)
+    result = fuzz.check_seed(seed, tmp_path, forms="wide")
     assert "skipped" not in result
     assert result["findings"] == [], result
 

@@ -83,13 +83,81 @@ def _is_float_range(graph: onnx.GraphProto, node: onnx.NodeProto) -> bool:
     return start is not None and start.data_type == TensorProto.FLOAT
 
 
-AXES_AS_ATTRIBUTE = {"Squeeze": "axes", "Unsqueeze": "axes", "ReduceSum": "axes", "Split": "split"}  # inputs since 13
+# inputs that were attributes before an opset: op -> (the first opset with inputs, ((input index,
+# attribute, kind), ...)); "ints" a list, "float" / "int" a scalar. Slice's steps had no attribute
+# (a step other than 1 cannot be written before 10)
+ATTRIBUTES_BEFORE = {
+    "Squeeze": (13, ((1, "axes", "ints"),)), "Unsqueeze": (13, ((1, "axes", "ints"),)),
+    "ReduceSum": (13, ((1, "axes", "ints"),)), "Split": (13, ((1, "split", "ints"),)),
+    "Slice": (10, ((1, "starts", "ints"), (2, "ends", "ints"), (3, "axes", "ints"), (4, None, "ones"))),
+    "Pad": (11, ((1, "pads", "ints"), (2, "value", "float"))), "Clip": (11, ((1, "min", "float"), (2, "max", "float"))),
+    "TopK": (10, ((1, "k", "int"),)),
+}
+# attributes an op gained at an opset, with the default its older form always meant
+ATTRIBUTES_SINCE = {("TopK", "largest"): (11, 1), ("TopK", "sorted"): (11, 1), ("DepthToSpace", "mode"): (11, "DCR")}
+
+
+def _drop_newer_attributes(node, opset: int) -> bool:
+    for attr in list(node.attribute):
+        first, default = ATTRIBUTES_SINCE.get((node.op_type, attr.name), (0, None))
+        if opset < first:
+            if onnx.helper.get_attribute_value(attr) not in (default, str(default).encode()):
+                return False
+            node.attribute.remove(attr)
+    return True
+
+
+# Resize before 11 took (X, scales) and only its mode; before 10 it was Upsample (scales an attribute before 9)
+RESIZE_ONLY_AT_10 = {"mode"}
+
+
+def _attributes_from_inputs(node, opset: int, consts: dict) -> bool:
+    """node's constant inputs written as the attributes `opset` had; False where it cannot be."""
+    first, moved = ATTRIBUTES_BEFORE[node.op_type]
+    if opset >= first:
+        return True
+    for index, attribute, kind in moved:
+        if index >= len(node.input) or not node.input[index]:
+            continue
+        if node.input[index] not in consts:
+            return False
+        value = consts[node.input[index]]
+        if kind == "ones":
+            if not np.all(value == 1):
+                return False
+            continue
+        value = value.tolist() if kind == "ints" else float(value) if kind == "float" else int(value.reshape(-1)[0])
+        node.attribute.append(onnx.helper.make_attribute(attribute, value))
+    del node.input[1:]
+    return True
+
+
+def _resize_before_11(node, opset: int, consts: dict) -> bool:
+    """Resize(X, roi, scales) as opset 10's Resize(X, scales) or, before 10, Upsample."""
+    mode = next((a.s.decode() for a in node.attribute if a.name == "mode"), "nearest")
+    if mode not in ("nearest", "linear") or len(node.input) < 3 or not node.input[2] or len(node.input) > 3:
+        return False  # cubic, or sizes: nothing to write it as
+    scales = node.input[2]
+    kept = [a for a in node.attribute if a.name in RESIZE_ONLY_AT_10]
+    del node.attribute[:]
+    node.attribute.extend(kept)
+    node.input[:] = [node.input[0], scales]
+    if opset < 10:
+        node.op_type = "Upsample"
+        if opset < 9:  # scales an attribute
+            if scales not in consts:
+                return False
+            node.attribute.append(onnx.helper.make_attribute("scales", consts[scales].astype(float).tolist()))
+            del node.input[1:]
+    return True
 
 
 def older(model: onnx.ModelProto, opset: int) -> onnx.ModelProto | None:
     """The opset-17 model written at an older opset as exporters wrote it there (onnx's converter has
     no adapters down for most ops): before 13 the axes of Squeeze / Unsqueeze / ReduceSum and Split's
-    sizes are attributes, Softmax takes an explicit last axis, Resize an empty roi. None where an op or
+    sizes are attributes, Softmax takes an explicit last axis, Resize an empty roi; before 11 Pad's pads
+    and value and Clip's bounds, before 10 Slice's starts / ends / axes and TopK's k are attributes,
+    Resize is (X, scales) at 10 and Upsample before. None where an op or
     attribute the graph uses did not exist yet (LayerNormalization before 17, HardSwish before 14,
     per-axis DequantizeLinear before 13): the checker at the target opset says so."""
     out = onnx.ModelProto()
@@ -100,12 +168,14 @@ def older(model: onnx.ModelProto, opset: int) -> onnx.ModelProto | None:
         for node in graph.node:
             if opset >= 13:
                 continue
-            if node.op_type in AXES_AS_ATTRIBUTE and len(node.input) > 1 and node.input[1]:
-                if node.input[1] not in consts:
+            if not _drop_newer_attributes(node, opset):
+                return None
+            if node.op_type in ATTRIBUTES_BEFORE:
+                if not _attributes_from_inputs(node, opset, consts):
                     return None
-                node.attribute.append(onnx.helper.make_attribute(AXES_AS_ATTRIBUTE[node.op_type],
-                                                                 consts[node.input[1]].tolist()))
-                del node.input[1]
+            elif node.op_type == "Resize" and opset < 11:
+                if not _resize_before_11(node, opset, consts):
+                    return None
             elif node.op_type in ("Softmax", "LogSoftmax"):
                 axis = next((a for a in node.attribute if a.name == "axis"), None)
                 if axis is None:
@@ -117,7 +187,7 @@ def older(model: onnx.ModelProto, opset: int) -> onnx.ModelProto | None:
                                  [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]}
                     if ranks.get(node.input[0], 0) - 1 != axis.i:
                         return None
-            elif node.op_type == "Resize" and not node.input[1]:
+            elif node.op_type == "Resize" and len(node.input) > 1 and not node.input[1]:
                 roi = f"{node.name}/roi"
                 graph.initializer.append(numpy_helper.from_array(np.zeros(0, np.float32), roi))
                 node.input[1] = roi
