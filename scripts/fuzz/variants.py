@@ -46,12 +46,20 @@ def _graphs(graph: onnx.GraphProto):
                 yield from _graphs(attr.g)
 
 
+def scales_of(node: onnx.NodeProto) -> str | None:
+    """A Resize's or Upsample's scales input (float32 at any opset): (X, roi, scales) from 11, (X, scales)
+    at 10 and for Upsample-9."""
+    if node.op_type not in ("Resize", "Upsample") or len(node.input) < 2:
+        return None
+    return node.input[1] if len(node.input) == 2 else node.input[2]
+
+
 def as_float16(model: onnx.ModelProto) -> onnx.ModelProto:
     """Every float32 tensor as float16, Casts to float32 as Casts to float16; Resize scales stay float32
     (the op's type), values past float16's range are clipped to it as exporters do with finfo.min."""
     half = onnx.ModelProto()
     half.CopyFrom(model)
-    float_only = {n.input[2] for g in _graphs(half.graph) for n in g.node if n.op_type == "Resize" and len(n.input) > 2}
+    float_only = {scales_of(n) for g in _graphs(half.graph) for n in g.node} - {None}
     # Range has no float16 form: a float arange stays float32 and is cast after it, as .half() exports do
     ranges = [n for g in _graphs(half.graph) for n in g.node if n.op_type == "Range"]
     float_only |= {i for n in ranges for i in n.input}
@@ -152,6 +160,47 @@ def _resize_before_11(node, opset: int, consts: dict) -> bool:
     return True
 
 
+def _ranks(model: onnx.ModelProto) -> dict[str, int]:
+    inferred = onnx.shape_inference.infer_shapes(model)
+    ranks = {}
+    for graph in _graphs(inferred.graph):
+        ranks.update({v.name: len(v.type.tensor_type.shape.dim) for v in [*graph.input, *graph.value_info, *graph.output]
+                      if v.type.tensor_type.HasField("shape")})
+    return ranks
+
+
+def _axes_from_the_front(out: onnx.ModelProto, model: onnx.ModelProto) -> bool:
+    """Axes counted from the back (-1) came with opset 11: before it they are written from the front,
+    with the ranks of the opset-17 model; Slice-10's axes input gets a constant of its own. False where a
+    rank is unknown (onnx's Slice-10 inference kept a negative axis' input dim: an empty slice typed as
+    full, and onnxruntime reused a buffer of that size, fuzz_graphs --forms old seed 840)."""
+    ranks = None
+    consts = {t.name: numpy_helper.to_array(t) for t in out.graph.initializer}
+    for graph in _graphs(out.graph):
+        for node in graph.node:
+            attrs = [a for a in node.attribute if a.name in ("axis", "axes")]
+            axes_input = node.input[3] if node.op_type == "Slice" and len(node.input) > 3 and node.input[3] else None
+            if not any(min(onnx.helper.get_attribute_value(a), default=0) < 0 if a.name == "axes" else a.i < 0
+                       for a in attrs) and not (axes_input and consts[axes_input].min(initial=0) < 0):
+                continue
+            ranks = ranks if ranks is not None else _ranks(model)
+            rank = ranks.get(node.input[0])
+            if rank is None:
+                return False
+            for attr in attrs:
+                if attr.name == "axis":
+                    attr.i += (rank + (node.op_type == "Flatten")) * (attr.i < 0)
+                else:
+                    width = rank + len(attr.ints) * (node.op_type == "Unsqueeze")
+                    attr.ints[:] = [a + width * (a < 0) for a in attr.ints]
+            if axes_input:
+                name = f"{node.name}/axes"
+                graph.initializer.append(numpy_helper.from_array(np.where(consts[axes_input] < 0, consts[axes_input] + rank,
+                                                                          consts[axes_input]), name))
+                node.input[3] = name
+    return True
+
+
 def older(model: onnx.ModelProto, opset: int) -> onnx.ModelProto | None:
     """The opset-17 model written at an older opset as exporters wrote it there (onnx's converter has
     no adapters down for most ops): before 13 the axes of Squeeze / Unsqueeze / ReduceSum and Split's
@@ -191,6 +240,8 @@ def older(model: onnx.ModelProto, opset: int) -> onnx.ModelProto | None:
                 roi = f"{node.name}/roi"
                 graph.initializer.append(numpy_helper.from_array(np.zeros(0, np.float32), roi))
                 node.input[1] = roi
+    if opset < 11 and not _axes_from_the_front(out, model):
+        return None
     for entry in out.opset_import:
         if entry.domain in ("", "ai.onnx"):
             entry.version = opset
