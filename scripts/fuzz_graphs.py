@@ -58,8 +58,9 @@ def main() -> int:
     parser.add_argument("--seeds", default="0-49", help="e.g. 0-199 or 3,17,40-45")
     parser.add_argument("--keep", type=Path, help="leave failing seeds' models and profiles here")
     parser.add_argument("--json", action="store_true", help="one JSON object per seed on stdout")
-    parser.add_argument("--forms", choices=("all", "classic"), default="all",
-                        help="classic: only the first op table, no opset or float16 variants (the seeds of before)")
+    parser.add_argument("--forms", choices=("all", "wide", "edge", "old", "classic"), default="all",
+                        help="classic: only the first op table, no opset or float16 variants (the seeds of before); "
+                        "wide: the table before the dtype and broadcasting forms; edge: those forms beside the first table; old: forms opsets 7-12 have, written there")
     parser.add_argument("--precision", choices=("fp16", "bf16"), help="check reduced-precision plans instead: "
                         "within their tolerance on fresh inputs, or saying they are not")
     args = parser.parse_args()

@@ -30,7 +30,22 @@ def test_random_graphs_agree_with_onnxruntime(seed, fuzz, tmp_path):
 # the wider table: QDQ and QLinear forms, Loop / Scan / sequences, float16, opset 11 / 13 / 23
 @pytest.mark.parametrize("seed", WIDE_SEEDS)
 def test_wider_forms_agree_with_onnxruntime(seed, fuzz, tmp_path):
-    result = fuzz.check_seed(seed, tmp_path)
+    result = fuzz.check_seed(seed, tmp_path, forms="wide")
+    assert "skipped" not in result
+    assert result["findings"] == [], result
+
+
+# forms beyond float32 (integer / bit / bool ops, float64 and float16 stretches, Cast chains), the
+# broadcasting corners and nested control flow (--forms edge); opsets 7-12 (--forms old), whose seed
+# 128 found an opset-7 attention fusion writing Expand and 113 / 918 generator bugs (Upsample scales
+# in float16, negative axes before opset 11)
+EDGE_SEEDS = [3007, 3008, 3009, 3010, 3011]
+OLD_SEEDS = [113, 128, 918]
+
+
+@pytest.mark.parametrize("forms,seed", [("edge", s) for s in EDGE_SEEDS] + [("old", s) for s in OLD_SEEDS])
+def test_edge_and_old_forms_agree_with_onnxruntime(forms, seed, fuzz, tmp_path):
+    result = fuzz.check_seed(seed, tmp_path, forms=forms)
     assert "skipped" not in result
     assert result["findings"] == [], result
 

@@ -12,8 +12,9 @@ from typing import Callable, Sequence
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..graph import NameGen, all_graphs, const_value
+from ..graph import NameGen, all_graphs, const_value, opset_of
 from .matcher import Bindings, match_node
+from .opset_forms import form_missing
 from .pattern import OpPattern, pattern_nodes
 from .stats import PassStats
 
@@ -75,6 +76,9 @@ class Rule:
     rewrite: Rewrite
     check: Check = lambda m: None
     exposed: tuple[str, ...] = ()
+    # True where the replacement may use ops newer than the model's opset because a later step
+    # replaces them before anything runs the graph (the paged decoder's ONNX Attention)
+    any_opset: bool = False
 
 
 class RewritePass:
@@ -117,7 +121,13 @@ class RewritePass:
             if reason == NOT_APPLICABLE:
                 continue
             if reason is None:
-                local.update(id(n) for n in _splice(m, rule))
+                new_nodes = _build(m, rule)
+                reason = None if rule.any_opset else form_missing(new_nodes, opset_of(m.graph))
+                if reason is not None:  # an op or form the model's opset lacks: undone, declined
+                    _discard(new_nodes)
+                    first_reason = first_reason or reason
+                    continue
+                local.update(id(n) for n in _commit(m, new_nodes))
                 stats.record_match(rule.name)
                 return m.nodes, None
             first_reason = first_reason or reason
@@ -147,7 +157,7 @@ def _escaping_interior(m: Match, rule: Rule) -> str | None:
     return None
 
 
-def _splice(m: Match, rule: Rule) -> list[gs.Node]:
+def _build(m: Match, rule: Rule) -> list[gs.Node]:
     for name in rule.exposed:
         if name in m._by_name:
             m.exposed[name] = list(m.node(name).outputs)
@@ -158,6 +168,17 @@ def _splice(m: Match, rule: Rule) -> list[gs.Node]:
     new_nodes = list(rule.rewrite(m))
     for index, node in enumerate(new_nodes):
         node.name = m.fresh(f"{rule.name}/{m.root.name or m.root.op}" + (f"/{index}" if index else ""))
+    return new_nodes
+
+
+def _discard(new_nodes: list[gs.Node]) -> None:
+    """Unhook a replacement never spliced in: its nodes leave the tensors they read and wrote."""
+    for node in new_nodes:
+        node.inputs.clear()
+        node.outputs.clear()
+
+
+def _commit(m: Match, new_nodes: list[gs.Node]) -> list[gs.Node]:
     for node in m.nodes:
         node.inputs.clear()
         node.outputs.clear()

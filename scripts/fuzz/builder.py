@@ -16,6 +16,11 @@ from .variants import as_float16, converted, older
 # the share of seeds (drawn off a second generator, so the walk itself stays the seed's) at an older
 # opset, and in float16 throughout
 OLD_OPSETS = ((0.12, 13), (0.2, 11))
+# the forms past "wide" reach further: opsets 7-10 (attributes that later became inputs) and the
+# newest onnxruntime loads
+OPSETS_BY_FORMS = {"all": ((0.04, 7), (0.08, 9), (0.14, 10), (0.2, 11), (0.26, 13), (0.31, 24), (0.36, 26)),
+                   "edge": ((0.04, 7), (0.08, 9), (0.14, 10), (0.2, 11), (0.26, 13), (0.31, 24), (0.36, 26)),
+                   "old": ((0.15, 7), (0.3, 8), (0.5, 9), (0.7, 10), (0.85, 11), (1.0, 12))}
 FLOAT16_SHARE = 0.15
 
 
@@ -62,7 +67,10 @@ def random_case(seed: int, forms: str = "all") -> tuple[onnx.ModelProto, dict[st
             inputs.append(helper.make_tensor_value_info(name, TensorProto.INT64,
                                                         ["batch", DIM_NAMES[1] if g.mask_varies else g.mask_length]))
     graph = helper.make_graph(g.nodes, f"fuzz_{seed}", inputs, [info(o, output_dims(o)) for o in outputs]
-                              + [info(name, dims) for name, dims in g.extra_outputs],
+                              + [info(name, dims) for name, dims in g.extra_outputs]
+                              + [helper.make_tensor_value_info(name, elem, ["batch", *(f"{name}_{a}" if a in dyn else d
+                                                                                       for a, d in enumerate(shape) if a)])
+                                 for name, elem, shape, dyn in g.typed_outputs],
                               [numpy_helper.from_array(v, k) for k, v in g.inits.items()])
     late = [helper.make_opsetid(LATE, 1)] if "late" in g.flags else []
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), *late], ir_version=8)
@@ -73,7 +81,7 @@ def random_case(seed: int, forms: str = "all") -> tuple[onnx.ModelProto, dict[st
             model = onnx.version_converter.convert_version(model, 18)
             onnx.checker.check_model(model, full_check=True)
     else:
-        model = _variant(model, seed, g.flags)
+        model = _variant(model, seed, g.flags, OPSETS_BY_FORMS.get(forms, OLD_OPSETS))
     levels = {}
     for level in BATCHES:
         x = [BATCHES[level], *(d + AXIS_LEVELS[level] if a in varying else d for a, d in enumerate(start) if a)]
@@ -81,19 +89,18 @@ def random_case(seed: int, forms: str = "all") -> tuple[onnx.ModelProto, dict[st
     return model, levels
 
 
-def _variant(model: onnx.ModelProto, seed: int, flags: set) -> onnx.ModelProto:
+def _variant(model: onnx.ModelProto, seed: int, flags: set, opsets=OLD_OPSETS) -> onnx.ModelProto:
     """The opset the seed's model is written at, maybe in float16; its judging flags in metadata."""
     side = np.random.default_rng([seed, 1])
     draw = side.random()
+    opset = next((o for share, o in opsets if draw < share), 18 if seed % 2 else 17)
     if "late" in flags:
-        opset = 23
-    else:
-        opset = next((o for share, o in OLD_OPSETS if draw < share), 18 if seed % 2 else 17)
+        opset = max(opset, 23)
     made = model if opset == 17 else older(model, opset) if opset < 17 else converted(model, opset)
-    if made is None and opset == 23:
+    if made is None and opset >= 23 and "late" in flags:
         raise ValueError(f"seed {seed}: onnx cannot convert the model to opset 23")
     model = made or model  # an older opset the converter cannot reach: the seed stays at 17
-    if side.random() < FLOAT16_SHARE and "quantized" not in flags:
+    if side.random() < FLOAT16_SHARE and not flags & {"quantized", "exact_ints"}:
         model = as_float16(model)
         flags = flags | {"fp16_model"}
     if flags:

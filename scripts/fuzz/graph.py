@@ -27,6 +27,8 @@ class Graph:
     # "fp16" (values rounded to float16), "late" (ops of opset 23 written in the placeholder domain LATE)
     flags: set = field(default_factory=set)
     extra_outputs: list = field(default_factory=list)  # (name, dims) of outputs off the batch-first walk
+    # (name, element type, shape, varying axes) of values not in float32, exposed as outputs
+    typed_outputs: list = field(default_factory=list)
 
     def name(self, stem: str) -> str:
         self.count += 1

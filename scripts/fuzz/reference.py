@@ -11,6 +11,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .graph import F32
+from .variants import scales_of
 
 
 def as_double(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -23,7 +24,7 @@ def as_double(model: onnx.ModelProto) -> onnx.ModelProto:
     graph = double.graph
     widened = (TensorProto.FLOAT, TensorProto.FLOAT16) if _is_float16_model(model) else (TensorProto.FLOAT,)
     _value_types_to_double(graph, widened)
-    float_only = {n.input[2] for n in graph.node if n.op_type == "Resize" and len(n.input) > 2}  # scales
+    float_only = {scales_of(n) for n in graph.node} - {None}  # Resize / Upsample scales stay float32
     for index, tensor in enumerate(graph.initializer):
         if tensor.data_type in widened and tensor.name not in float_only:
             graph.initializer[index].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(tensor).astype(np.float64),

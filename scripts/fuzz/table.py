@@ -6,6 +6,8 @@ The profile levels sit here too: the start shapes, how far a varying axis moves 
 
 from .ops_attention import _embeddings, _masked_fill, _mha
 from .ops_control import _if
+from .ops_dtypes import _bit_ops, _bool_logic, _cast_chain, _float_stretch, _int_arith
+from .ops_corners import _empty_parts, _negative_axes, _outer_broadcast, _scalar_stat
 from .ops_elementwise import (_binary_const, _clip, _gelu_erf, _gelu_tanh, _powers, _prelu, _residual, _silu, _unary,
                               _variadic)
 from .ops_image import _conv, _conv1d, _conv_transpose, _depth_space, _pool, _resize
@@ -15,6 +17,7 @@ from .ops_linear import _attention, _gemm, _matmul, _matmul_self
 from .ops_loop import _loop_counted, _loop_over_axis, _scan, _sequence
 from .ops_more import (_conv_transpose_grouped, _einsum, _group_norm_op, _half_island, _pad_crop, _resize_modes,
                        _rms_norm_op)
+from .ops_nested import _if_with_loop, _loop_with_if, _scan_with_if
 from .ops_norm import (_batchnorm, _group_norm_decomposed, _instance_norm, _layernorm, _layernorm_decomposed, _reduce,
                        _reduce_spatial, _rmsnorm, _softmax)
 from .ops_quant import _matmul_integer, _qdq_add, _qdq_conv, _qdq_matmul, _qlinear_conv, _qlinear_matmul
@@ -61,13 +64,34 @@ NEW_OPS = {
     "conv_transpose_grouped": ((4,), _conv_transpose_grouped), "pad_crop": (ANY, _pad_crop),
     "half_island": (ANY, _half_island), "scatter_nd": ((3, 4), _scatter_nd),
 }
-FORMS = {"classic": OPS, "all": {**OPS, **NEW_OPS}}
+# forms beyond float32 and the broadcasting corners: drawn by default; --forms wide leaves them out
+# (its seeds build the models "all" built before them), --forms edge draws them beside the first table
+EDGE_OPS = {
+    "int_arith": (ANY, _int_arith), "bit_ops": (ANY, _bit_ops), "bool_logic": (ANY, _bool_logic),
+    "float_stretch": (ANY, _float_stretch), "cast_chain": (ANY, _cast_chain),
+    "scalar_stat": (ANY, _scalar_stat), "outer_broadcast": (ANY, _outer_broadcast), "empty_parts": (ANY, _empty_parts),
+    "negative_axes": (ANY, _negative_axes), "loop_with_if": (ANY, _loop_with_if), "scan_with_if": ((3, 4), _scan_with_if),
+    "if_with_loop": (ANY, _if_with_loop),
+}
+# forms whose ops opsets 7-12 have (their seeds written there: builder.OPSETS_BY_FORMS["old"])
+OLD_FORMS = ("relu", "sigmoid", "tanh", "leaky", "abs", "neg", "elu", "add", "mul", "sub", "div", "residual", "matmul",
+             "gemm", "transpose", "merge", "split", "softmax", "ln_decomposed", "gelu", "silu", "reduce", "concat",
+             "slice", "unsqueeze", "where", "clip", "conv", "batchnorm", "pool", "resize", "flatten", "pad",
+             "shape_reshape", "split_halves", "expand", "tile", "gather", "matmul_self", "conv_transpose",
+             "instance_norm", "prelu", "variadic", "powers", "depth_space", "reduce_spatial", "conv1d", "gelu_tanh",
+             "rmsnorm", "topk", "mha", "masked_fill", "embeddings", "scalar_stat", "outer_broadcast", "empty_parts")
+FORMS = {"classic": OPS, "wide": {**OPS, **NEW_OPS}, "all": {**OPS, **NEW_OPS, **EDGE_OPS},
+         "edge": {**OPS, **EDGE_OPS, **{f"{k}2": v for k, v in EDGE_OPS.items()}}}
+FORMS["old"] = {k: FORMS["all"][k] for k in OLD_FORMS}
 # forms a seed does not mix, by the flag the first one drawn sets: onnxruntime computes a float16
 # stretch between Casts in float32 on the CPU (its inserted Casts cancel the model's), so a
 # QuantizeLinear after one rounds its ties one way there and the other way in infc, which follows
 # the model; neither reference can judge that
-EXCLUDED_BY_FLAG = {"fp16": {"qdq_matmul", "qdq_conv", "qdq_add", "qlinear_matmul", "qlinear_conv", "matmul_integer"},
-                    "quantized": {"half_island"}}
+# the same holds for a Floor that makes a float exact for the integer forms (ops_dtypes.py)
+EXACT_FORMS = {"int_arith", "bit_ops", "bool_logic", "cast_chain"}
+EXCLUDED_BY_FLAG = {"fp16": {"qdq_matmul", "qdq_conv", "qdq_add", "qlinear_matmul", "qlinear_conv", "matmul_integer",
+                             *EXACT_FORMS, *(f"{k}2" for k in EXACT_FORMS)},
+                    "quantized": {"half_island"}, "exact_ints": {"half_island"}}
 
 # (shape at the opt level, the axes that may vary): images of any height and width, sequences of any length
 START_SHAPES = (((1, 6, 10, 12), {2, 3}), ((1, 4, 8, 8), {2, 3}), ((1, 12, 16), {1}), ((1, 7, 24), {1}), ((1, 20), set()))

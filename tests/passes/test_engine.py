@@ -91,3 +91,35 @@ def test_a_pattern_in_an_if_branch_does_not_take_a_node_of_the_main_graph():
     assert matched == 0 and rejected == {"the pattern reaches into an enclosing graph": 1}
     for x in (np.ones((2, 3), F32), -np.ones((2, 3), F32) * 5):
         assert_matches_ort(model, result.model, feeds={"x": x})
+
+
+def _expand_rule():
+    """Relu(Add(x, c)) written as Relu(Add(x, Expand(c, Shape(x)))): Expand is opset 8, and its
+    Unsqueeze of the shape takes the axes as an input only from opset 13."""
+    def rewrite(m):
+        shape, axes_up, wide, total = (m.value(h) for h in ("shape", "up", "wide", "total"))
+        up = gs.Node("Unsqueeze", inputs=[m["c"], m.constant("axes", np.array([0], np.int64))], outputs=[axes_up])
+        return [gs.Node("Shape", inputs=[m["x"]], outputs=[shape]),
+                gs.Node("Expand", inputs=[axes_up, shape], outputs=[wide]), up,
+                gs.Node("Add", inputs=[m["x"], wide], outputs=[total]), gs.Node("Relu", inputs=[total], outputs=m.outputs)]
+
+    return Rule("expand_add", op.Relu(op.Add(var("x"), const("c"))), rewrite)
+
+
+def _model_at(opset):
+    nodes = [helper.make_node("Add", ["x", "c"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    return make_model(nodes, [("x", F32, [2, 3])], [("y", F32, [2, 3])], {"c": np.arange(3, dtype=F32)}, opset=opset)
+
+
+def test_a_replacement_the_opset_cannot_express_is_declined_and_undone():
+    # an attention fusion wrote Expand into an opset-7 model, which onnxruntime then refused to load
+    # (fuzz_graphs --forms old seed 128)
+    for opset, reason in ((7, "Expand does not exist at opset 7"), (11, "Unsqueeze takes at most 1 inputs at opset 11")):
+        model = _model_at(opset)
+        result = run_rules(model, [_expand_rule()])
+        assert rule_stats(result, "expand_add") == (0, {reason: 1})
+        assert ops_of(result.model) == ["Add", "Relu"]
+        assert_matches_ort(model, result.model)  # the declined build left no reader or writer behind
+    result = run_rules(_model_at(13), [_expand_rule()])
+    assert rule_stats(result, "expand_add") == (1, {})
+    assert_matches_ort(_model_at(13), result.model)

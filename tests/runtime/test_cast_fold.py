@@ -55,6 +55,18 @@ def test_the_folded_program_gives_the_planned_results(low):
     assert got.dtype == want.dtype and np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
+def test_a_pair_after_a_float64_value_gives_float32():
+    # float32 -> float64 -> float16 -> float32 (fuzz_graphs --forms edge seed 2118): the folded pair
+    # gave the float64 back and every op after it computed in float64
+    steps = [cast("d", "x", 11), cast("h", "d", 10), cast("f", "h", 1), op("Add", ["f", "x"], "y")]
+    x = np.array([[0.1, 1.0 + 2.0**-12, 3.0, 70000.0]], np.float32)
+    folded = Executor(steps, {}, 17, output_names=["y"])
+    assert [step.key for step in folded._steps].count(CPU_ROUND_OP) == 1
+    got = folded.run({"x": x})["y"]
+    assert got.dtype == np.float32
+    assert np.array_equal(got, x.astype(np.float64).astype(np.float16).astype(np.float32) + x)
+
+
 def test_casts_onnxruntime_runs_and_graph_outputs_stay():
     steps = [op("Relu", ["x"], "a"), cast("a16", "a", 10, tactic="onnxruntime"), cast("a32", "a16", 1),
              op("Relu", ["a32"], "b"), cast("b16", "b", 10), cast("b32", "b16", 1)]

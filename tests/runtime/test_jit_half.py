@@ -71,5 +71,7 @@ def test_the_round_to_kernel_writes_into_a_donated_buffer():
     donated = x.copy()
     (y,) = round_to([donated], {"to": 10}, KernelContext(17, [donated]))
     assert y is donated and _same_bits(y, x.astype(np.float16).astype(np.float32))
-    (z,) = round_to([x.astype(np.float64)], {"to": 16}, KernelContext(17, [None]))  # not float32: the two casts
-    assert z.dtype == np.float64
+    # not float32 (a float64 value cast down): the two casts, the second to float32 as in the pair the
+    # executor folded (a float64 result made every op after it float64: fuzz_graphs --forms edge seed 2118)
+    (z,) = round_to([x.astype(np.float64)], {"to": 16}, KernelContext(17, [None]))
+    assert z.dtype == np.float32

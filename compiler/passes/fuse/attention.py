@@ -186,6 +186,6 @@ RULES = tuple(
 # own Reshape stays after the Attention node, as for opset 23).
 PAGED_RULES = tuple(
     Rule("attention_paged", _pattern("paged", scaled, mask, is_guarded, is_capped=is_capped), partial(_rewrite, "paged"),
-         partial(_check, "paged"))
+         partial(_check, "paged"), any_opset=True)
     for scaled in ("scores", "split", "keys", "none") for mask in ("where_add", "add", "where", "none")
     for is_guarded in (False, True) for is_capped in (False, True) if not (is_capped and scaled in ("split", "keys")))

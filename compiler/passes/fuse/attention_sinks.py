@@ -64,5 +64,6 @@ def _rewrite_sinks(m: Match):
 
 
 PAGED_RULES = tuple(
-    Rule("attention_paged_sinks", _pattern("paged", scaled, mask, False, has_sinks=True), _rewrite_sinks, _check_sinks)
+    Rule("attention_paged_sinks", _pattern("paged", scaled, mask, False, has_sinks=True), _rewrite_sinks, _check_sinks,
+         any_opset=True)
     for scaled in ("scores", "split", "none") for mask in ("where_add", "add", "where", "none"))

@@ -45,7 +45,7 @@ def round_to(inputs, attrs, ctx):
     x = inputs[0]
     to = int(attrs["to"])
     if ctx.xp is np or x.dtype != np.float32:  # the stand-in device, or a value that is not fp32 after all
-        return [x.astype(np_dtype(to)).astype(x.dtype if x.dtype.kind == "f" else np.float32)]
+        return [x.astype(np_dtype(to)).astype(np.float32)]  # the pair's second Cast is to float32, whatever x was
     return [_cupy_kernel(to)(x)]
 
 

@@ -79,8 +79,8 @@ def round_to(inputs, attrs, ctx):
     executor donates the dying input."""
     x = inputs[0]
     low = np_dtype(attrs["to"])
-    if x.dtype != F32:  # not float32 after all: the two casts
-        return [x.astype(low).astype(x.dtype if x.dtype.kind == "f" else F32)]
+    if x.dtype != F32:  # not float32 after all (a float64 value cast down): the two casts, whose second is to float32
+        return [x.astype(low).astype(F32)]
     return [round_to_low(x, low.name, ctx.out[0] if ctx.out else None)]
 
 
