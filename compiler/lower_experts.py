@@ -82,6 +82,8 @@ def _gathered_weight(step: dict, weights: dict[str, np.ndarray], tensors: dict) 
     else:
         return None
     w = weights.get(step["inputs"][0])
-    if w is None or w.ndim != 3 or step["inputs"][1] in weights or w.dtype.kind != "f" or 0 in w.shape:
+    # float32 only: a float16 MatMul computes in float32 and rounds once (kernels/half.py), which the
+    # grouped GEMMs would not do
+    if w is None or w.ndim != 3 or step["inputs"][1] in weights or w.dtype != np.float32 or 0 in w.shape:
         return None
     return w
