@@ -28,6 +28,8 @@ COMPUTE = ("int8 weights with one symmetric scale per output channel; each GEMM'
            "token at run time (its own scale and zero point), integer sums exact (onnxruntime's int8 GEMMs on prefill "
            "rows, VNNI on decode rows), float32 everywhere else")
 
+NOT_KN_MATMUL = "not the [K, N] weight of a MatMul"  # a Gemm's [N, K] with transB, a weight read otherwise
+
 
 def _matmul_weights(program: Program) -> set[str]:
     """Weights every reader of which is a decoder MatMul step reading it as its [K, N] weight."""
@@ -48,7 +50,7 @@ def quantize_decoder_int8(program: Program, min_elements: int = MIN_ELEMENTS) ->
     codes, bytes_fp32 = {}, 0
     for name, axis in candidates.items():
         if axis != 1 or name not in matmuls:
-            skipped["not the [K, N] weight of a MatMul"] = skipped.get("not the [K, N] weight of a MatMul", 0) + 1
+            skipped[NOT_KN_MATMUL] = skipped.get(NOT_KN_MATMUL, 0) + 1
             continue
         weight = program.weights[name]
         q, scale = weight_per_channel(weight, 1)
