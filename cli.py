@@ -36,7 +36,8 @@ def _report_console() -> Console:
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"error: {message}", err=True)
+    # one line, whatever the words quoted inside it: onnxruntime's messages carry newlines
+    click.echo("error: " + " ".join(part.strip() for part in message.splitlines() if part.strip()), err=True)
     sys.exit(code)
 
 

@@ -156,3 +156,46 @@ def test_a_plan_edited_and_rehashed_names_the_plan_and_the_problem(plan, tmp_pat
     for meta, fragment in ((moved, "corrupt plan (weight"), (renamed, "no runtime kernel for NoSuchOp")):
         write_plan(tmp_path / "edited.plan", meta, sections)
         assert_one_error(infc("run", tmp_path / "edited.plan"), str(tmp_path / "edited.plan"), fragment)
+
+
+def test_a_header_field_of_the_wrong_type_or_a_dangling_name_is_refused_on_reading(plan, tmp_path):
+    """Edited and re-hashed headers whose fields readers index blindly: each was an internal error
+    (a KeyError in `inspect`, a TypeError comparing offsets, None handed to a kernel); now the plan
+    and the field are named, exit 2, by `run` and `inspect` alike (found by mutating every field)."""
+    import copy
+
+    from infc.compiler.plan.format import read_plan, write_plan
+
+    original = read_plan(plan / "m.plan")
+    sections = {name: bytes(view) for name, view in original.sections.items()}
+    first_weight = next(iter(original.meta["weights"]))
+
+    def edit(change):
+        meta = copy.deepcopy(original.meta)
+        change(meta)
+        return meta
+
+    cases = [(lambda m: m["weights"][first_weight].update(offset="7"), f"weights.{first_weight}.offset"),
+             (lambda m: m["weights"][first_weight].update(shape=[-1]), "expected an integer >= 0"),
+             (lambda m: m["inputs"][0].update(dtype="int64x"), "inputs[0].dtype"),
+             (lambda m: m["program"][0]["inputs"].__setitem__(0, None), "program[0].inputs[0]"),
+             (lambda m: m["program"][-1]["inputs"].__setitem__(0, "nothing_gives_this"), "reads 'nothing_gives_this'"),
+             (lambda m: m["outputs"][0].update(name="renamed"), "'renamed', which no step gives"),
+             (lambda m: m["memory"].pop("arena_bytes"), "memory has no 'arena_bytes'"),
+             (lambda m: m["profile"]["inputs"]["ids"].update(opt=None), "profile.inputs.ids.opt")]
+    for change, fragment in cases:
+        write_plan(tmp_path / "edited.plan", edit(change), sections)
+        for command in ("run", "inspect"):
+            assert_one_error(infc(command, tmp_path / "edited.plan"), str(tmp_path / "edited.plan"),
+                             "inconsistent plan header", fragment)
+
+
+def test_an_error_quoting_a_multi_line_message_is_still_one_line(capsys):
+    """onnxruntime's failures end their first line mid-sentence ('... Missing Input: x' then our hint
+    on a second line): the error contract is one line."""
+    from infc import cli
+
+    with pytest.raises(SystemExit) as exited:
+        cli._fail("island 'i' failed: Fail: [ONNXRuntimeError] Missing Input: attention_mask\n (on random inputs)", 1)
+    assert exited.value.code == 1
+    assert capsys.readouterr().err == "error: island 'i' failed: Fail: [ONNXRuntimeError] Missing Input: attention_mask (on random inputs)\n"

@@ -15,7 +15,10 @@ DECODER = {"num_layers": 2, "num_heads": 8, "num_kv_heads": 2, "head_dim": 16, "
 def _plan(tmp_path, program_ops, num_kv_blocks=64, num_kv_heads=2):
     program = [{"op": op, "domain": "infc" if op == "PagedAttention" else "", "inputs": [], "outputs": [], "attrs": {}}
                for op in program_ops]
-    meta = {"infc_version": "test", "kind": "decoder", "target": {"kind": "cpu"}, "program": program, "memory": {},
+    program[-1]["outputs"] = ["logits"]  # a header whose outputs no step gives is refused on reading
+    meta = {"infc_version": "test", "kind": "decoder", "target": {"kind": "cpu"}, "program": program,
+            "memory": {"arena_bytes": 0, "sum_activation_bytes": 0}, "weights": {}, "inputs": [],
+            "outputs": [{"name": "logits", "dtype": "float32", "shape": ["batch", "seq", 128]}],
             "decoder": {**DECODER, "num_kv_heads": num_kv_heads},
             "profile": {"decode": {"max_num_seqs": 4, "max_num_batched_tokens": 128, "block_size": 16,
                                    "num_kv_blocks": num_kv_blocks, "max_model_len": 512}}}

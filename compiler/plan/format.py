@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..atomic import atomic_path
 from ..errors import BadInput
+from .meta_schema import header_problem
 
 MAGIC = b"INFCPLAN"
 FORMAT_VERSION = 2  # 2: weight table entries may carry an `encoding` (plan/weight_encoding.py)
@@ -93,7 +94,9 @@ def write_plan(path: str | os.PathLike, meta: dict, sections: dict[str, bytes | 
         handle.truncate(data_start + offset)
 
 
-def read_plan(path: str | os.PathLike, verify: bool = True) -> Plan:
+def read_plan(path: str | os.PathLike, verify: bool = True, check_meta: bool = True) -> Plan:
+    """`verify`: check every section's sha256 (the header's is always checked); `check_meta`: check
+    the meta against the layout infc's readers rely on (plan/meta_schema.py)."""
     path = Path(path)
     if not path.is_file():
         raise BadInput(f"{path}: no such plan file")
@@ -114,9 +117,12 @@ def read_plan(path: str | os.PathLike, verify: bool = True) -> Plan:
             raise BadInput(f"{path}: the plan header fails its sha256 check (the file is corrupt)")
         try:
             header = json.loads(header_bytes)
-            meta, table = header["meta"], header["sections"]
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             raise BadInput(f"{path}: corrupt plan header") from None
+        found = header_problem(header, check_meta)
+        if found:
+            raise BadInput(f"{path}: inconsistent plan header ({found}); rebuild the plan")
+        meta, table = header["meta"], header["sections"]
         data_start = _aligned(_PREFIX.size + header_len)
         end = data_start + max((e["offset"] + e["size"] for e in table), default=0)
         if size < end:

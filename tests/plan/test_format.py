@@ -16,7 +16,7 @@ def _write(path):
 def test_round_trip_and_alignment(tmp_path):
     path = tmp_path / "p.plan"
     weights = _write(path)
-    plan = read_plan(path)
+    plan = read_plan(path, check_meta=False)
     assert plan.meta == {"hello": "world", "n": 3}
     assert bytes(plan.sections["weights"]) == weights
     assert bytes(plan.sections["island0"]) == b"abc"
@@ -31,7 +31,7 @@ def test_truncated_plan(tmp_path):
     for cut in (4, 30, len(data) - 10):
         path.write_bytes(data[:cut])
         with pytest.raises(BadInput, match="p.plan"):
-            read_plan(path)
+            read_plan(path, check_meta=False)
 
 
 def test_every_flipped_byte_is_detected(tmp_path):
@@ -46,7 +46,7 @@ def test_every_flipped_byte_is_detected(tmp_path):
         flipped[index] ^= 0x01
         path.write_bytes(flipped)
         with pytest.raises(BadInput):
-            read_plan(path)
+            read_plan(path, check_meta=False)
 
 
 def test_newer_format_version_is_refused(tmp_path):
@@ -56,7 +56,7 @@ def test_newer_format_version_is_refused(tmp_path):
     data[8:12] = struct.pack("<I", FORMAT_VERSION + 1)
     path.write_bytes(data)
     with pytest.raises(BadInput, match="newer than this infc reads"):
-        read_plan(path)
+        read_plan(path, check_meta=False)
 
 
 def test_an_array_section_is_written_from_the_arrays_as_their_bytes_joined(tmp_path):
@@ -72,7 +72,7 @@ def test_an_array_section_is_written_from_the_arrays_as_their_bytes_joined(tmp_p
         joined[table[name]["offset"]:table[name]["offset"] + len(data)] = data
     path = tmp_path / "p.plan"
     write_plan(path, {"weights": table}, {"weights": section, "after": b"abc"})
-    plan = read_plan(path)  # checks each section's sha256
+    plan = read_plan(path, check_meta=False)  # checks each section's sha256
     assert bytes(plan.sections["weights"]) == bytes(joined) and bytes(plan.sections["after"]) == b"abc"
     assert all(offset % 64 == 0 for offset in (entry["offset"] for entry in table.values()))
 
@@ -81,7 +81,7 @@ def test_a_mapped_weight_gives_back_its_pages_and_reads_the_same_after(tmp_path)
     path = tmp_path / "p.plan"
     weights = np.arange(64 * 1024, dtype=np.float32)
     write_plan(path, {}, {"weights": weights.tobytes()})
-    plan = read_plan(path)
+    plan = read_plan(path, check_meta=False)
     array = np.frombuffer(plan.sections["weights"], dtype=np.float32).reshape(256, 256)
     assert release_mapped_pages(array)
     assert np.array_equal(array.ravel(), weights)  # read again from the file
