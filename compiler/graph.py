@@ -47,7 +47,33 @@ def export_model(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
     if not model.functions and original.functions:
         model.functions.extend(original.functions)
     _restore_non_tensor_types(model.graph, original.graph)
+    _forget_placeholder_dims(model.graph, _declared_dim_names(original.graph))
     return model
+
+
+PLACEHOLDER_PREFIX = "unk__"  # onnx's inference names each dim it knows nothing of unk__N
+
+
+def _declared_dim_names(graph: onnx.GraphProto) -> set[str]:
+    return {d.dim_param for v in list(graph.input) + list(graph.output) if v.type.HasField("tensor_type")
+            for d in v.type.tensor_type.shape.dim if d.dim_param}
+
+
+def _forget_placeholder_dims(graph: onnx.GraphProto, declared: set[str]) -> None:
+    """Intermediate values keep no dim onnx only labelled unk__N: onnxruntime reads two equal
+    labels as equal sizes and shares one buffer between them, and onnx's labels are not always
+    right (its Slice-10 inference labels `x[:, 0:0]` as x's unk__0: "Shape mismatch attempting to
+    re-use buffer", fuzz_graphs --forms old seed 983). A name the model itself declares stays."""
+    for value in list(graph.value_info) + list(graph.output):
+        if not value.type.HasField("tensor_type"):
+            continue
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param.startswith(PLACEHOLDER_PREFIX) and dim.dim_param not in declared:
+                dim.Clear()
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _forget_placeholder_dims(sub, declared)
 
 
 def _is_non_tensor(value: onnx.ValueInfoProto) -> bool:

@@ -99,9 +99,12 @@ def test_portable_output_keeps_the_packed_op():
 
 
 def _quantized_model():
-    """DynamicQuantizeLinear -> QAttention, as quantize_dynamic writes a transformers-optimized BERT."""
+    """DynamicQuantizeLinear -> QAttention, as quantize_dynamic writes a transformers-optimized BERT.
+    Weights within [-64, 64]: on x86 without VNNI onnxruntime's u8 x s8 kernels add products in
+    saturating 16-bit pairs, so with full-range weights the reference itself is off (by 10227 in
+    the int32 sums on an AVX2-only EPYC) while infc's sums are exact."""
     rng = np.random.default_rng(0)
-    inits = {"w": rng.integers(-127, 128, (D, 3 * D)).astype(np.int8), "b": rng.standard_normal(3 * D).astype(F32),
+    inits = {"w": rng.integers(-64, 65, (D, 3 * D)).astype(np.int8), "b": rng.standard_normal(3 * D).astype(F32),
              "w_scale": np.array(0.004, F32), "w_zero": np.array(0, np.int8)}
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
              helper.make_node("QAttention", ["xq", "w", "b", "xs", "w_scale", "m", "xz", "w_zero"], ["y"],

@@ -7,7 +7,8 @@ propagation); a declared dim of 0 on an input is read as unknown; any `dim_param
 Where onnx leaves a Reshape's output unknown (computed target shapes at opset <= 13), the shape
 from reshape_ranks.py is given to it and inference runs again, so the rest of the graph keeps ranks;
 so are the broadcasts of a prefix slice that bounded_broadcast.py proves (dynamo's position embeddings)
-and the lengths after convolutions and trims that symbolic_lengths.py names.
+and the lengths after convolutions and trims that symbolic_lengths.py names. A Slice's symbolic dim
+that onnx copies from its input on an axis not taken whole is forgotten (slice_dims.py).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import onnx
 import onnx_graphsurgeon as gs
 from google.protobuf.message import EncodeError
 
-from ...graph import all_graphs
+from ...graph import PLACEHOLDER_PREFIX, all_graphs
 from ...model_io import EXTERNAL_DATA_THRESHOLD_BYTES, as_model_file, weights_as_inputs
 from ..stats import PassStats
 from .bounded_broadcast import broadcast_shapes
 from .reshape_ranks import reshape_shapes
+from .slice_dims import correct_slice_dims
 from .symbolic_lengths import length_shapes
 
 MAX_RESHAPE_ROUNDS = 16  # a Reshape shape found can make later Reshape targets known (one round per link)
@@ -176,7 +178,6 @@ def _elem_types(model: onnx.ModelProto):
 # of different sizes read as equal; written to the optimized model, onnxruntime planned one buffer
 # for both and failed ('Shape mismatch attempting to re-use buffer', fuzz_graphs seed 1009)
 ELEMENT_READS = frozenset({"SequenceAt"})
-PLACEHOLDER_PREFIX = "unk__"  # onnx's name for a dim it knows nothing of
 
 
 def _without_placeholders(dims: list | None) -> list | None:
@@ -205,6 +206,9 @@ def _collect(graph: onnx.GraphProto) -> dict[Scope, dict[str, tuple]]:
             if node.op_type in ELEMENT_READS and node.output and node.output[0] in own:
                 elem_type, dims = own[node.output[0]]
                 own[node.output[0]] = (elem_type, _without_placeholders(dims))
+        seen_dims = {v.name: _dims(v.type) for v in g.input if v.type.HasField("tensor_type")}
+        seen_dims.update({name: dims for name, (_, dims) in own.items()})
+        correct_slice_dims(g, own, seen_dims)
         scopes[scope] = own
         for index, node in enumerate(g.node):
             for attr in node.attribute:
