@@ -209,7 +209,7 @@ def _keep(program: Program, marked: dict, subsets: dict, best: str, inputs: tupl
     if best == WHOLE:
         keep_whole(program, whole_model.model_bytes, whole_model.threads)
         return {"num_marked": len(marked), "num_kept": 0, "num_bridges": 0, "kept": best, "rejected_wrong": wrong,
-                "cached": cached, "num_sessions": 1, "whole_model": True,
+                "cached": cached, "num_sessions": 1, "whole_model": True, "whole_model_threads": whole_model.threads,
                 "program_ms": {label: round(ms, 4) for label, ms in medians.items()}, "num_runs": num_runs,
                 "agreement_rtol": float(f"{rtol[0]:.3g}"), "kernel_noise": float(f"{rtol[1]:.3g}")}
     program.steps[:] = _with_marks(program.steps, subsets[best], *inputs)  # (dtypes, ranks, lengths) of session inputs

@@ -297,9 +297,13 @@ def test_a_whole_model_timed_faster_at_one_thread_runs_at_one_thread_and_matches
         return {label: (0.5 if label.endswith(tune_whole.ONE_THREAD) else 1.0) for label in forms}
     monkeypatch.setattr(tune_whole, "time_forms", one_thread_faster)
     monkeypatch.setattr(tune_context, "whole_wins", lambda medians: tune_whole.WHOLE in medians)
-    build(str(tmp_path / "m.onnx"), str(tmp_path / "m.yaml"), str(tmp_path / "m.plan"),
-          BuildOptions(use_cache=False, show_progress=False, cache_dir=tmp_path))
+    report = build(str(tmp_path / "m.onnx"), str(tmp_path / "m.yaml"), str(tmp_path / "m.plan"),
+                   BuildOptions(use_cache=False, show_progress=False, cache_dir=tmp_path))
+    assert report["conv_tactics"]["whole_model_threads"] == 1
     session = PlanSession(tmp_path / "m.plan")
+    console = Console(record=True, width=200)
+    print_plan_report(plan_report(str(tmp_path / "m.plan")), console)
+    assert "one onnxruntime session of one intra-op thread" in console.export_text()
     (step,) = session.plan.meta["program"]
     assert step["name"] == tune_whole.WHOLE and step["tactic_threads"] == 1
     x = rng.standard_normal((3, 16)).astype(np.float32)
