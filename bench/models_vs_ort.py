@@ -7,6 +7,12 @@ intra-op thread.
 
     python bench/models_vs_ort.py DIR [--models SUBSTR ...] [--iterations N] [--keep-openblas-env] [--json OUT]
 
+bench/small_models/ holds the profiles of the small real models from PyPI wheels that docs/cpu-vs-ort.md
+measures (silero-vad, openWakeWord, basic-pitch, speechmos' AECMOS, EfficientWord-Net's QDQ ResNet):
+`pip download --no-deps` the wheels, link each package's .onnx there under the profile's name
+(silero_op15 = silero_vad_16k_op15.onnx, oww_jarvis = hey_jarvis_v0.1.onnx, aecmos =
+Run_1663829550_Stage_0.onnx, effword_qdq = the _qint8 model, ...) and run its make_feeds.py.
+
 Prints one JSON row a model, then a table of p50 ms and infc/ORT. OPENBLAS_CORETYPE / L2_SIZE are
 unset for the run (openblas_env.py) unless --keep-openblas-env. Nothing is written but --json.
 """
