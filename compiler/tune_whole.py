@@ -9,8 +9,9 @@ build's precision) also runs as one island, timed and checked with the other var
 only when it beats the fastest of them by WHOLE_MARGIN, and then it is the whole program: one
 island step over the model, whose section holds the weights (the program's own go). At fp32 the
 model as given is its other form: prove() times both in onnxruntime once, side by side, each also
-at one intra-op thread, and the variant is the faster (AS_GIVEN_MARGIN), since infc's fusions, written for its kernels, can make
-onnxruntime slower on a small model than its own fusions of the original.
+at one intra-op thread, and the variant is the faster (AS_GIVEN_MARGIN), since infc's fusions,
+written for its kernels, can make onnxruntime slower on a small model than its own fusions of the
+original.
 
 What it must agree with: at fp32, onnxruntime's outputs of the model as given, in a session with
 its graph optimizations on (what a user of onnxruntime gets), not infc's program. The two differ on
