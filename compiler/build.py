@@ -195,7 +195,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
                 log(f"the whole model is not raced in onnxruntime: {refused}")
                 whole = None
             elif whole.form_ms:
-                log(f"the whole model races as {whole.form} (onnxruntime: " +
+                log(f"the whole model races {whole.form}{' at 1 thread' if whole.threads else ''} (onnxruntime: " +
                     ", ".join(f"{form} {ms:.3g} ms" for form, ms in whole.form_ms.items()) + ")")
         fp32_reference = None  # a reduced-precision program's variants round otherwise: held to fp32 (tune_context.py)
         if is_reduced:

@@ -145,7 +145,7 @@ def _tactics_summary(meta: dict) -> dict | None:
             "num_timed": sum(1 for s in in_vendor if s.get("tactic_ratio") is not None),
             "num_bridges": context.get("num_bridges", 0), "num_sessions": context.get("num_sessions"),
             "kept": context.get("kept"), "program_ms": context.get("program_ms", {}),
-            "whole_model": bool(context.get("whole_model"))}
+            "whole_model": bool(context.get("whole_model")), "whole_model_threads": context.get("whole_model_threads")}
 
 
 def kernel_name(step: dict) -> str:
@@ -255,7 +255,8 @@ def print_plan_report(report: dict, console: Console) -> None:
         ms = tactics["program_ms"]
         ours = {label: v for label, v in ms.items() if label != tactics["kept"]}
         fastest = min(ours, key=ours.get) if ours else None
-        console.print(f"the whole model runs in one onnxruntime session (tune_whole.py): {ms.get(tactics['kept'], float('nan')):.3g} ms "
+        threads = " of one intra-op thread" if tactics.get("whole_model_threads") == 1 else ""
+        console.print(f"the whole model runs in one onnxruntime session{threads} (tune_whole.py): {ms.get(tactics['kept'], float('nan')):.3g} ms "
                       f"at the opt shapes, against {ours.get(fastest, float('nan')):.3g} ms for the fastest program on infc's "
                       f"kernels ({fastest}); INFC_WHOLE_MODEL=0 or --no-fallback builds infc's own")
     elif tactics and tactics["num_in_onnxruntime"]:

@@ -39,6 +39,10 @@ CONFIRM_MIN_RUNS = 5
 CONFIRM_MAX_RUNS = 200
 CONFIRM_MARGIN = 0.03  # a marked program must be this much faster than the unmarked one, or the marks go
 CONFIRM_DROP = 1.25  # after CONFIRM_MIN_RUNS rounds, a variant this much slower than the fastest stops running
+# ... and after this long: five rounds of a 0.15 ms model are a millisecond, and one stall of a shared
+# machine (a time slice given to another process, 10 ms) in three of them made silero-vad's whole
+# model 11.6 ms in the race (0.15 ms timed apart), dropped and never timed again
+CONFIRM_DROP_AFTER_S = 0.1
 # Subsets of the marks tried in context: onnxruntime's time alone over infc's at most this (a step
 # slower alone can pay in a run of them: one session, no layout change between them)
 TIERS = (0.5, 0.75, 1.0, 1.5, math.inf)
@@ -90,7 +94,7 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
 
     def executor(keep):
         if keep is WHOLE_KEEP:
-            return Executor([whole_step(program)], {}, program.opset, {WHOLE_SECTION: whole_model.model_bytes}, output_names=names,
+            return Executor([whole_step(program, whole_model.threads)], {}, program.opset, {WHOLE_SECTION: whole_model.model_bytes}, output_names=names,
                             trial=True)
         steps = _with_marks(program.steps, keep, dtypes, ranks, lengths)
         return Executor(steps, program.weights, program.opset, program.islands, output_names=names, trial=True)
@@ -149,20 +153,21 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
 def race(sides: dict, feeds: dict, budget_s: float, clock=time.perf_counter) -> dict[str, list[float]]:
     """Each variant's run times: rounds of one run of every racing variant, interleaved, for at
     least CONFIRM_MIN_RUNS rounds and then until the budget (`budget_s` per variant, fixed when the
-    race starts) is spent or CONFIRM_MAX_RUNS rounds ran. After CONFIRM_MIN_RUNS rounds a variant
-    CONFIRM_DROP slower than the fastest stops running, and the time it leaves goes to the close
-    ones. (The deadline once shrank with every variant dropped, so a race ended right after its
+    race starts) is spent or CONFIRM_MAX_RUNS rounds ran. After CONFIRM_MIN_RUNS rounds and
+    CONFIRM_DROP_AFTER_S a variant CONFIRM_DROP slower than the fastest stops running, and the time
+    it leaves goes to the close ones. (The deadline once shrank with every variant dropped, so a race ended right after its
     first drops: GLPN and wav2vec2 decided between the whole model and a program within 10% of
     it on five runs each.)"""
     times: dict[str, list[float]] = {label: [] for label in sides}
     racing = dict(sides)
-    deadline = clock() + budget_s * len(sides)
+    started = clock()
+    deadline = started + budget_s * len(sides)
     while len(times["none"]) < CONFIRM_MIN_RUNS or (clock() < deadline and len(times["none"]) < CONFIRM_MAX_RUNS):
         for label, run in racing.items():
             start = clock()
             run.run(feeds)
             times[label].append(clock() - start)
-        if len(times["none"]) >= CONFIRM_MIN_RUNS:
+        if len(times["none"]) >= CONFIRM_MIN_RUNS and clock() - started >= CONFIRM_DROP_AFTER_S:
             fastest = min(statistics.median(times[label]) for label in racing)
             racing = {label: run for label, run in racing.items()
                       if label == "none" or statistics.median(times[label]) <= CONFIRM_DROP * fastest}
@@ -202,9 +207,9 @@ def _keep(program: Program, marked: dict, subsets: dict, best: str, inputs: tupl
     """Leaves the program with the `best` subset's marks; the build report's summary (`rtol`: the
     tolerance the variants were checked at and the kernel noise it allowed for)."""
     if best == WHOLE:
-        keep_whole(program, whole_model.model_bytes)
+        keep_whole(program, whole_model.model_bytes, whole_model.threads)
         return {"num_marked": len(marked), "num_kept": 0, "num_bridges": 0, "kept": best, "rejected_wrong": wrong,
-                "cached": cached, "num_sessions": 1, "whole_model": True,
+                "cached": cached, "num_sessions": 1, "whole_model": True, "whole_model_threads": whole_model.threads,
                 "program_ms": {label: round(ms, 4) for label, ms in medians.items()}, "num_runs": num_runs,
                 "agreement_rtol": float(f"{rtol[0]:.3g}"), "kernel_noise": float(f"{rtol[1]:.3g}")}
     program.steps[:] = _with_marks(program.steps, subsets[best], *inputs)  # (dtypes, ranks, lengths) of session inputs

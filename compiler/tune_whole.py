@@ -8,9 +8,10 @@ around two islands, 6.9x onnxruntime's time). So the model that was lowered (opt
 build's precision) also runs as one island, timed and checked with the other variants; it is kept
 only when it beats the fastest of them by WHOLE_MARGIN, and then it is the whole program: one
 island step over the model, whose section holds the weights (the program's own go). At fp32 the
-model as given is its other form: prove() times both in onnxruntime once, side by side, and the
-variant is the faster (AS_GIVEN_MARGIN), since infc's fusions, written for its kernels, can make
-onnxruntime slower on a small model than its own fusions of the original.
+model as given is its other form: prove() times both in onnxruntime once, side by side, each also
+at one intra-op thread, and the variant is the faster (AS_GIVEN_MARGIN), since infc's fusions,
+written for its kernels, can make onnxruntime slower on a small model than its own fusions of the
+original.
 
 What it must agree with: at fp32, onnxruntime's outputs of the model as given, in a session with
 its graph optimizations on (what a user of onnxruntime gets), not infc's program. The two differ on
@@ -70,16 +71,26 @@ class WholeModel:
     # decided, or where not offered
     as_given_bytes: bytes | None = None
     form: str = "optimized"  # which of the two `model_bytes` is: "optimized" or "as given"
-    form_ms: dict = field(default_factory=dict)  # prove()'s medians of the two forms, where it timed them
+    form_ms: dict = field(default_factory=dict)  # prove()'s medians of the forms, where it timed them
+    # its session's intra-op threads: None, onnxruntime's default (a thread per core); 1 where prove()
+    # timed one thread faster (picked_form)
+    threads: int | None = None
 
 
 # The whole model is the optimized model, unless onnxruntime runs the model as given faster by this
 # much. infc's fusions are written for its own kernels; onnxruntime fuses the original its own way,
 # and on tiny models its unfused path beats the ops infc fused (BERT fixture at 2x16 tokens: 93 us
 # as given, 170 us optimized; without infc's attention fusion 133 us, without its GEMM fusion 129 us).
+# Each form also runs in a session of one intra-op thread, kept by the same margin: on a small model
+# the pool's wake-ups and spin-waits cost more than the work they split, and on a shared machine a
+# spinning worker waits for a core another process holds (AECMOS's GRU model, two cores, one busy:
+# 60 ms optimized in onnxruntime's default session, 30 ms as given at one thread). The one-thread
+# forms are timed only where a second session of the model is cheap to hold (AS_GIVEN_MAX_BYTES).
 AS_GIVEN_MARGIN = 0.05
 AS_GIVEN_MAX_BYTES = 1 << 28  # a second copy of the model is held until prove() picks: small models only
-FORM_BUDGET_S = 0.4  # prove()'s timing of the two forms, both together
+FORM_BUDGET_S = 0.4  # prove()'s timing of the forms, all together
+ONE_THREAD = ", 1 thread"  # the suffix of a form's label timed at one thread
+FORM_ORDER = ("optimized", "as given", "optimized" + ONE_THREAD, "as given" + ONE_THREAD)  # the preferred first
 
 
 def offer(model: onnx.ModelProto | None, is_reduced: bool = False,
@@ -138,8 +149,9 @@ def prove(whole: WholeModel, original: onnx.ModelProto | None, feeds: dict, time
         reference = original_outputs(original, feeds) if original is not None else None
         if reference is not None and _on_a_grid(original):
             reference.update({NUDGED + name: value for name, value in (original_outputs(original, nudged_feeds(feeds)) or {}).items()})
-        if whole.as_given_bytes is not None:  # last: the reference already ran the model as given here
-            timed = time_forms({"optimized": whole.model_bytes, "as given": whole.as_given_bytes}, feeds)
+        forms = _forms(whole)
+        if forms:  # last: the reference already ran the model as given here
+            timed = time_forms(forms, feeds)
             reference = {**(reference or {}), **{FORM_MS + form: np.float64(ms) for form, ms in timed.items()}}
         return reference
 
@@ -150,8 +162,11 @@ def prove(whole: WholeModel, original: onnx.ModelProto | None, feeds: dict, time
     if outputs is not None:
         whole.form_ms = {name[len(FORM_MS):]: float(value) for name, value in outputs.items() if name.startswith(FORM_MS)}
         outputs = {name: value for name, value in outputs.items() if not name.startswith(FORM_MS)} or None
-        if as_given is not None and whole.form_ms.get("as given", np.inf) < whole.form_ms.get("optimized", 0.0) * (1.0 - AS_GIVEN_MARGIN):
-            whole.model_bytes, whole.form = as_given, "as given"
+        picked = picked_form(whole.form_ms)
+        whole.form = picked.removesuffix(ONE_THREAD)
+        whole.threads = 1 if picked.endswith(ONE_THREAD) else None
+        if whole.form == "as given":
+            whole.model_bytes = as_given
     if outputs is not None:
         nudged = {name[len(NUDGED):]: value for name, value in outputs.items() if name.startswith(NUDGED)}
         whole.reference = {name: value for name, value in outputs.items() if not name.startswith(NUDGED)}
@@ -163,10 +178,31 @@ NUDGED = "infc-nudged/"
 FORM_MS = "infc-form-ms/"
 
 
-def time_forms(forms: dict[str, bytes], feeds: dict, budget_s: float = FORM_BUDGET_S) -> dict[str, float]:
-    """Median ms of a run of each model in onnxruntime (as an island runs it: spinning, the known crashes'
-    optimizers off), in interleaved rounds that share the machine's noise."""
-    runs = {form: _session_run(model_bytes, feeds) for form, model_bytes in forms.items()}
+def picked_form(form_ms: dict[str, float]) -> str:
+    """The label prove() keeps: in the order timed (the optimized model first, onnxruntime's default
+    threads before one), a form replaces the one kept when it is faster by AS_GIVEN_MARGIN."""
+    picked = "optimized"
+    for label in FORM_ORDER:
+        if form_ms.get(label, np.inf) < form_ms.get(picked, np.inf) * (1.0 - AS_GIVEN_MARGIN):
+            picked = label
+    return picked
+
+
+def _forms(whole: WholeModel) -> dict[str, tuple[bytes, int | None]]:
+    """What prove() times: the optimized model and, at fp32, the model as given, each at onnxruntime's
+    default threads and at one thread (by label: bytes, threads); nothing where neither race applies."""
+    forms = {"optimized": (whole.model_bytes, None)}
+    if whole.as_given_bytes is not None:
+        forms["as given"] = (whole.as_given_bytes, None)
+    if (os.cpu_count() or 1) > 1 and len(whole.model_bytes) <= AS_GIVEN_MAX_BYTES:
+        forms.update({form + ONE_THREAD: (model_bytes, 1) for form, (model_bytes, _) in list(forms.items())})
+    return forms if len(forms) > 1 else {}
+
+
+def time_forms(forms: dict[str, tuple[bytes, int | None]], feeds: dict, budget_s: float = FORM_BUDGET_S) -> dict[str, float]:
+    """Median ms of a run of each model (label: bytes, intra-op threads) in onnxruntime (as an island
+    runs it: spinning, the known crashes' optimizers off), in interleaved rounds that share the machine's noise."""
+    runs = {form: _session_run(model_bytes, feeds, threads) for form, (model_bytes, threads) in forms.items()}
     for run in runs.values():
         run()  # the first run allocates
     samples: dict[str, list[float]] = {form: [] for form in runs}
@@ -226,8 +262,9 @@ def _run_once(model_bytes: bytes, feeds: dict) -> None:
     _session_run(model_bytes, feeds)()
 
 
-def _session_run(model_bytes: bytes, feeds: dict):
-    """A call that runs the model once in a fresh session on the feeds it reads."""
+def _session_run(model_bytes: bytes, feeds: dict, threads: int | None = None):
+    """A call that runs the model once in a fresh session (of `threads` intra-op threads; None: the
+    default) on the feeds it reads."""
     import onnxruntime as ort  # noqa: PLC0415
 
     from .runtime.ort_crashes import optimizers_to_disable  # noqa: PLC0415
@@ -235,6 +272,8 @@ def _session_run(model_bytes: bytes, feeds: dict):
 
     options = ort.SessionOptions()
     options.log_severity_level = 4
+    if threads:
+        options.intra_op_num_threads = int(threads)
     session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"],
                                    disabled_optimizers=optimizers_to_disable(onnx.load_from_string(model_bytes).graph.node) or None)
     names = {i.name for i in session.get_inputs()}
@@ -267,15 +306,17 @@ def whole_model_bytes(model: onnx.ModelProto | None) -> bytes | None:
     return with_conv_sums_unfused(model).SerializeToString()  # onnxruntime's NCHWc form (conv_sum_form.py)
 
 
-def whole_step(program: Program) -> dict:
-    """The one step of the whole-model variant: the program's inputs in, its outputs out."""
+def whole_step(program: Program, threads: int | None = None) -> dict:
+    """The one step of the whole-model variant: the program's inputs in, its outputs out; `threads`:
+    its session's intra-op threads (WholeModel.threads)."""
     return {"op": ISLAND_OP, "domain": "", "name": WHOLE, "section": WHOLE_SECTION, "ops": ["(the whole model)"],
-            "inputs": [i["name"] for i in program.inputs], "outputs": [o["name"] for o in program.outputs], "attrs": {}}
+            "inputs": [i["name"] for i in program.inputs], "outputs": [o["name"] for o in program.outputs], "attrs": {},
+            **({"tactic_threads": int(threads)} if threads else {})}
 
 
-def keep_whole(program: Program, model_bytes: bytes) -> None:
+def keep_whole(program: Program, model_bytes: bytes, threads: int | None = None) -> None:
     """Makes the program the whole-model variant (its steps, islands and weights)."""
-    program.steps[:] = [whole_step(program)]
+    program.steps[:] = [whole_step(program, threads)]
     program.islands = {WHOLE_SECTION: model_bytes}
     program.weights.clear()
 

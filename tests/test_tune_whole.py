@@ -265,9 +265,46 @@ def test_the_model_as_given_is_timed_for_real_and_offered_only_at_fp32_with_the_
     given, optimized = _relu_then_scale(0), _relu_then_scale(2)
     whole = tune_whole.offer(optimized, as_given=given)
     assert tune_whole.prove(whole, given, {"x": np.ones(4, np.float32)}) is None
-    assert set(whole.form_ms) == {"optimized", "as given"} and all(ms > 0 for ms in whole.form_ms.values())
+    assert set(whole.form_ms) == set(tune_whole.FORM_ORDER) and all(ms > 0 for ms in whole.form_ms.values())  # also at 1 thread
     assert whole.model_bytes == tune_whole.whole_model_bytes(given if whole.form == "as given" else optimized)
     assert tune_whole.offer(optimized, is_reduced=True, as_given=given).as_given_bytes is None
     renamed = _relu_then_scale(0)
     renamed.graph.output[0].name = renamed.graph.node[-1].output[0] = "z"
     assert tune_whole.offer(optimized, as_given=renamed).as_given_bytes is None
+
+
+def test_a_form_at_one_thread_replaces_the_default_only_by_the_margin():
+    one = tune_whole.ONE_THREAD
+    assert tune_whole.picked_form({"optimized": 1.0, "as given": 0.97, "optimized" + one: 0.5, "as given" + one: 0.49}) == "optimized" + one
+    assert tune_whole.picked_form({"optimized": 1.0, "as given": 0.5, "optimized" + one: 0.9, "as given" + one: 0.48}) == "as given"
+    assert tune_whole.picked_form({"optimized": 1.0, "optimized" + one: 0.97}) == "optimized"
+    assert tune_whole.picked_form({}) == "optimized"
+
+
+def test_a_whole_model_timed_faster_at_one_thread_runs_at_one_thread_and_matches_onnxruntime(tmp_path, monkeypatch):
+    """prove() times each form at one intra-op thread too (AECMOS on a shared two-core machine: 60 ms in
+    onnxruntime's default session, 30 ms at one thread); the plan's island then runs at one thread."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])],
+                              [onnx.numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    (tmp_path / "m.onnx").write_bytes(model.SerializeToString())
+    (tmp_path / "m.yaml").write_text("inputs:\n  x: [4, 16]\n")
+    def one_thread_faster(forms, feeds):  # (the forms timed for real: the test above)
+        return {label: (0.5 if label.endswith(tune_whole.ONE_THREAD) else 1.0) for label in forms}
+    monkeypatch.setattr(tune_whole, "time_forms", one_thread_faster)
+    monkeypatch.setattr(tune_context, "whole_wins", lambda medians: tune_whole.WHOLE in medians)
+    report = build(str(tmp_path / "m.onnx"), str(tmp_path / "m.yaml"), str(tmp_path / "m.plan"),
+                   BuildOptions(use_cache=False, show_progress=False, cache_dir=tmp_path))
+    assert report["conv_tactics"]["whole_model_threads"] == 1
+    session = PlanSession(tmp_path / "m.plan")
+    console = Console(record=True, width=200)
+    print_plan_report(plan_report(str(tmp_path / "m.plan")), console)
+    assert "one onnxruntime session of one intra-op thread" in console.export_text()
+    (step,) = session.plan.meta["program"]
+    assert step["name"] == tune_whole.WHOLE and step["tactic_threads"] == 1
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    np.testing.assert_allclose(session.run({"x": x})["y"], ort_session(model).run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)

@@ -164,7 +164,7 @@ class Executor:
             if section not in islands:
                 raise BadInput(f"island step needs section '{section}', which the program does not carry")
             ops = ", ".join(step.get("ops") or ())  # what it runs, for errors and --op-profile
-            return _Step(_island_runner(islands[section], inputs, outputs, spin=not self._trial), {}, KernelContext(self.opset),
+            return _Step(_island_runner(islands[section], inputs, outputs, spin=not self._trial, threads=step.get("tactic_threads")), {}, KernelContext(self.opset),
                          inputs, outputs, f"onnxruntime island '{section}' ({ops})", (domain, ISLAND_OP))
         if step["op"] == GROUP_OP:
             return _Step(group_runner(step, self._weights, decode_attrs, self.opset, self._spin, islands), {}, KernelContext(self.opset), inputs, outputs,
@@ -460,14 +460,16 @@ def memo_kinds(steps, weights: set[str], outputs: set[str]) -> list[int]:
     return kinds
 
 
-def _island_runner(model_bytes: bytes, input_names, output_names, spin: bool = True) -> Callable:
+def _island_runner(model_bytes: bytes, input_names, output_names, spin: bool = True, threads: int | None = None) -> Callable:
     """An onnxruntime session over the island's subgraph. An input whose type or rank the build could
     not infer (the output of a contrib op ONNX's inference does not know, e.g. QLinearAdd; a Loop's
     stacked steps) takes the type and rank of the first array it is fed: the session is created at
     the first run then (onnxruntime sizes a Scan's body from its inputs' ranks, and refused to run one
     fed a value of no rank: 'Subgraph must have the shape set for all outputs'). `spin`:
     onnxruntime's default; off in a trial executor, whose variants take turns (the whole-model
-    variant spinning after its run took the cores from the next one, and won races it should not)."""
+    variant spinning after its run took the cores from the next one, and won races it should not).
+    `threads`: the session's intra-op threads (None: onnxruntime's, a thread per core; a whole-model
+    island may be timed faster at one, tune_whole.py)."""
     import onnx  # noqa: PLC0415
     import onnxruntime as ort  # noqa: PLC0415 - only programs with islands need it
 
@@ -475,6 +477,8 @@ def _island_runner(model_bytes: bytes, input_names, output_names, spin: bool = T
     options.log_severity_level = 4  # a failure surfaces as the step's one-line error, not as ORT log lines
     if not spin:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if threads:
+        options.intra_op_num_threads = int(threads)
     model = onnx.load_from_string(model_bytes)
     untyped = any(_is_unknown(value) for value in model.graph.input)
     disabled = optimizers_to_disable(model.graph.node) or None  # known onnxruntime crashes (ort_crashes.py)
