@@ -20,6 +20,7 @@ from ..lower import lower_graph, value_info
 from ..optimize import optimize_model
 from ..plan.format import write_plan
 from ..profile import Profile, check_profile_matches_model
+from ..quantize.expert_weights import quantize_expert_weights
 from ..quantize.greedy_agreement import greedy_agreement, program_runner
 from ..quantize.w8_sensitivity import select_fp32_weights
 from ..quantize.weight_only import COMPUTE as W8_COMPUTE
@@ -215,10 +216,14 @@ def weight_only_int8(program, decoder: dict, tokenizer: bytes | None, options, l
     kept = (*sensitivity.kept, *((head,) if keep_head and head in candidates else ()))
     w8 = quantize_program_weights(program, keep_fp32=kept)
     attach_codes(program)
+    experts = quantize_expert_weights(program)
     log(f"w8: {w8.num_weights} GEMM weights to int8, {len(w8.kept_fp32)} kept fp32 (calibration KL "
-        f"{sensitivity.kl_all_int8:.3g} -> {sensitivity.kl_kept:.3g}); checking greedy tokens against fp32")
+        f"{sensitivity.kl_all_int8:.3g} -> {sensitivity.kl_kept:.3g})"
+        + (f", {experts.num_weights} expert weights to int8 ({experts.bytes_fp32 / 1e6:.1f} -> {experts.bytes_int8 / 1e6:.1f} MB)"
+           if experts.num_weights else "") + "; checking greedy tokens against fp32")
     greedy = greedy_agreement(reference, program, decoder)
-    return {"precision": "w8", "compute": W8_COMPUTE, "w8": {**w8.to_json(), "lm_head": _head_entry(head, w8.kept_fp32)},
+    return {"precision": "w8", "compute": W8_COMPUTE, "w8": {**w8.to_json(), "lm_head": _head_entry(head, w8.kept_fp32),
+                                                             "experts": experts.to_json()},
             "accuracy": {"reference": "the fp32 program", "greedy": greedy, "sensitivity": sensitivity.to_json()}}
 
 
