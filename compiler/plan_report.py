@@ -311,6 +311,10 @@ def print_precision(precision: dict, console: Console) -> None:
         console.print(f"  w8: {w8['num_weights']} GEMM weights int8 ({w8['bytes_fp32'] / 1e6:.1f} MB fp32 -> "
                       f"{w8['bytes_int8'] / 1e6:.1f} MB int8 + scales)")
         _print_lm_head(console, "w8", w8.get("lm_head"))
+        experts = w8.get("experts") or {}
+        if experts.get("num_weights"):  # quantize/expert_weights.py
+            console.print(f"  w8: {experts['num_weights']} expert weights int8 ({experts['bytes_fp32'] / 1e6:.1f} MB fp32 -> "
+                          f"{experts['bytes_int8'] / 1e6:.1f} MB int8 + scales per expert and channel), rebuilt per call")
         kept, sense = w8.get("kept_fp32", []), (precision.get("accuracy") or {}).get("sensitivity")
         if sense:
             console.print(f"  w8: {len(kept)} weights kept fp32 by sensitivity ({w8['kept_fp32_bytes'] / 1e6:.1f} MB), "

@@ -6,6 +6,9 @@ computes exactly what the float32 kernel computes on the rebuilt weights."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -61,6 +64,8 @@ def test_w8_moe_plan_stores_int8_experts_and_keeps_greedy_tokens(tmp_path, name)
     assert _expert_weight_bytes(meta) == experts["bytes_int8"] == sum(e * k * n + 4 * e * n for e, k, n in shapes)
     assert experts["bytes_int8"] <= 0.29 * _expert_weight_bytes(fp32_meta)
     assert experts["bytes_fp32"] == _expert_weight_bytes(fp32_meta)
+    shown = subprocess.run([sys.executable, "-m", "infc.cli", "inspect", str(w8_plan)], capture_output=True, text=True)
+    assert shown.returncode == 0 and f"w8: {experts['num_weights']} expert weights int8" in shown.stdout
     runners = [load_model_runner(p) for p in (fp32_plan, w8_plan)]
     seeded = seeded_prompts(meta["decoder"]["vocab_size"], 16, 9)  # test_build_precision's w8 requests
     tokens = runner_greedy_tokens(runners[0], seeded, 32)
