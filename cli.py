@@ -22,6 +22,11 @@ INT8_WEIGHTS = ["auto", "8bit", "7bit"]
 INT8_WEIGHTS_HELP = ("int8: weight codes in [-127, 127] (8bit) or [-64, 64] (7bit: onnxruntime's u8 x s8 kernels "
                      "on x86 without VNNI saturate 8-bit ones); auto: 7bit where this CPU lacks VNNI.")
 
+# compiler/decoder/lm_head.py LM_HEAD_CHOICES (spelled out here for the same reason)
+LM_HEAD = ["auto", "fp32", "int8"]
+LM_HEAD_HELP = ("Decoder plans, int8 / w8: the LM head (the GEMM making the logits) kept fp32 or quantized too; auto: "
+                "fp32 for int8, for w8 as the sensitivity selection decides.")
+
 stderr = Console(stderr=True, markup=False)
 PIPED_WIDTH = 160  # columns of reports written to a file or a pipe (rich's 80 cut pass and kernel names)
 
@@ -301,6 +306,7 @@ def _is_plan(path: str) -> bool:
 @click.option("--calib", type=click.Path(), help="Calibration / verification inputs: an .npz or a folder of them.")
 @click.option("--calib-method", type=click.Choice(["minmax", "percentile", "entropy"]), default="minmax", show_default=True)
 @click.option("--int8-weights", type=click.Choice(INT8_WEIGHTS), default="auto", show_default=True, help=INT8_WEIGHTS_HELP)
+@click.option("--lm-head", type=click.Choice(LM_HEAD), default="auto", show_default=True, help=LM_HEAD_HELP)
 @click.option("--cache-dir", type=click.Path(file_okay=False), help="Engine and timing cache folder (default: ./cache or $INFC_CACHE_DIR).")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the engine cache.")
 @click.option("--no-fallback", is_flag=True, help="Fail when an op has no native kernel instead of running it in onnxruntime.")
@@ -309,7 +315,7 @@ def _is_plan(path: str) -> bool:
               help="Representative inputs (.npz by input name) for the build's sample runs and --verify, for models "
                    "whose control flow depends on input values; without --profile, their shapes are the profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print a machine-readable build report on stdout.")
-def build(model, profile_path, output, target, precision, tolerance, calib, calib_method, int8_weights, cache_dir, no_cache,
+def build(model, profile_path, output, target, precision, tolerance, calib, calib_method, int8_weights, lm_head, cache_dir, no_cache,
           no_fallback, verify, inputs_path, as_json):
     """Build MODEL into a plan bound to this machine."""
     from .compiler.build import BuildOptions, build as run_build
@@ -320,7 +326,7 @@ def build(model, profile_path, output, target, precision, tolerance, calib, cali
     _refuse_overwriting(output, "-o", model=model, profile=profile_path, inputs_file=inputs_path,
                         calibration_file=calib if calib and Path(calib).is_file() else None)
     options = BuildOptions(target=target, precision=precision, allow_fallback=not no_fallback, verify=verify,
-                           precision_settings=PrecisionSettings(tolerance, calib, calib_method, int8_weights),
+                           precision_settings=PrecisionSettings(tolerance, calib, calib_method, int8_weights, lm_head),
                            use_cache=not no_cache, cache_dir=Path(cache_dir) if cache_dir else default_cache_dir(),
                            show_progress=not as_json, sample_feeds=_load_feeds(inputs_path) if inputs_path else None,
                            sample_feeds_source=str(inputs_path))

@@ -49,6 +49,7 @@ class PrecisionSettings:
     calib: str | None = None
     calib_method: str = "minmax"
     int8_weights: str = "auto"  # quantize/weight_range.py CHOICES
+    lm_head: str = "auto"  # decoder plans' LM head: LM_HEAD_CHOICES (decoder/lm_head.py)
 
     def key_options(self, precision: str) -> dict:
         """What changes the plan besides the precision (engine-cache key); empty for fp32."""

@@ -50,6 +50,12 @@ DEVICE_GEMMS = ("float32 on the GPU through cuBLAS: not batch-invariant, a token
                 "bits with the batch around it")
 
 
+def _print_lm_head(console, precision: str, head: dict | None) -> None:
+    """The LM head's precision (decoder/lm_head.py), as the plan stores it (plans before it: nothing)."""
+    if head:
+        console.print(f"  {precision}: LM head {head['weight']} " + ("float32" if head["kept_fp32"] else "int8"))
+
+
 def _decoder_summary(meta: dict) -> dict | None:
     decoder = meta.get("decoder")
     if meta.get("kind") != "decoder" or not decoder:
@@ -300,10 +306,16 @@ def print_precision(precision: dict, console: Console) -> None:
         console.print(f"  int8: {int8['num_weights']} GEMM weights int8 ({int8['bytes_fp32'] / 1e6:.1f} MB fp32 -> "
                       f"{int8['bytes_int8'] / 1e6:.1f} MB int8 + scales), {int8['gemms_quantizing_rows']} GEMMs quantize "
                       "their activations per token")
+        _print_lm_head(console, "int8", int8.get("lm_head"))
     if precision.get("w8"):
         w8 = precision["w8"]
         console.print(f"  w8: {w8['num_weights']} GEMM weights int8 ({w8['bytes_fp32'] / 1e6:.1f} MB fp32 -> "
                       f"{w8['bytes_int8'] / 1e6:.1f} MB int8 + scales)")
+        _print_lm_head(console, "w8", w8.get("lm_head"))
+        experts = w8.get("experts") or {}
+        if experts.get("num_weights"):  # quantize/expert_weights.py
+            console.print(f"  w8: {experts['num_weights']} expert weights int8 ({experts['bytes_fp32'] / 1e6:.1f} MB fp32 -> "
+                          f"{experts['bytes_int8'] / 1e6:.1f} MB int8 + scales per expert and channel), rebuilt per call")
         kept, sense = w8.get("kept_fp32", []), (precision.get("accuracy") or {}).get("sensitivity")
         if sense:
             console.print(f"  w8: {len(kept)} weights kept fp32 by sensitivity ({w8['kept_fp32_bytes'] / 1e6:.1f} MB), "

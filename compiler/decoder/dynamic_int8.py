@@ -31,26 +31,21 @@ COMPUTE = ("int8 weights with one symmetric scale per output channel; each GEMM'
 NOT_KN_MATMUL = "not the [K, N] weight of a MatMul"  # a Gemm's [N, K] with transB, a weight read otherwise
 
 
-def _matmul_weights(program: Program) -> set[str]:
-    """Weights every reader of which is a decoder MatMul step reading it as its [K, N] weight."""
-    readers: dict[str, set[bool]] = {}
-    for step in program.steps:
-        is_matmul = (step.get("domain") or "", step["op"]) == BATCH_INVARIANT and len(step["inputs"]) == 2 \
-            and (step["attrs"].get("inner_domain"), step["attrs"].get("inner_op")) == ("", "MatMul")
-        for index, name in enumerate(step["inputs"]):
-            if name in program.weights:
-                readers.setdefault(name, set()).add(is_matmul and index == 1)
-    return {name for name, kinds in readers.items() if kinds == {True}}
+def _kn_matmul_axis(step: dict) -> int | None:
+    """1 for a decoder MatMul step reading a weight as its [K, N] B (what attach_codes hands codes to)."""
+    is_matmul = (step.get("domain") or "", step["op"]) == BATCH_INVARIANT and len(step["inputs"]) == 2 \
+        and (step["attrs"].get("inner_domain"), step["attrs"].get("inner_op")) == ("", "MatMul")
+    return 1 if is_matmul else None
 
 
-def quantize_decoder_int8(program: Program, min_elements: int = MIN_ELEMENTS) -> dict:
-    """Rewrites `program` in place; returns the plan's int8 entry (how many weights, their bytes)."""
-    candidates, skipped = quantizable_weights(program, min_elements)
-    matmuls = _matmul_weights(program)
+def quantize_decoder_int8(program: Program, min_elements: int = MIN_ELEMENTS, keep_fp32: tuple[str, ...] = ()) -> dict:
+    """Rewrites `program` in place; returns the plan's int8 entry (how many weights, their bytes, the
+    candidates `keep_fp32` left float32: the LM head by default, decoder/lm_head.py)."""
+    candidates, skipped = quantizable_weights(program, min_elements, b_axis=_kn_matmul_axis, other_gemm=NOT_KN_MATMUL)
     codes, bytes_fp32 = {}, 0
-    for name, axis in candidates.items():
-        if axis != 1 or name not in matmuls:
-            skipped[NOT_KN_MATMUL] = skipped.get(NOT_KN_MATMUL, 0) + 1
+    kept = [name for name in keep_fp32 if name in candidates]
+    for name in candidates:
+        if name in kept:
             continue
         weight = program.weights[name]
         q, scale = weight_per_channel(weight, 1)
@@ -62,4 +57,5 @@ def quantize_decoder_int8(program: Program, min_elements: int = MIN_ELEMENTS) ->
     attached = attach_codes(program, stored)
     bytes_int8 = sum(p.codes.nbytes + p.scale.nbytes + p.zero.nbytes for p in stored.values())
     return {"num_weights": len(stored), "gemms_quantizing_rows": attached, "bytes_fp32": bytes_fp32,
-            "bytes_int8": bytes_int8, "skipped": skipped}
+            "bytes_int8": bytes_int8, "skipped": skipped, "kept_fp32": kept,
+            "kept_fp32_bytes": sum(program.weights[n].nbytes for n in kept)}

@@ -20,6 +20,7 @@ from ..lower import lower_graph, value_info
 from ..optimize import optimize_model
 from ..plan.format import write_plan
 from ..profile import Profile, check_profile_matches_model
+from ..quantize.expert_weights import quantize_expert_weights
 from ..quantize.greedy_agreement import greedy_agreement, program_runner
 from ..quantize.w8_sensitivity import select_fp32_weights
 from ..quantize.weight_only import COMPUTE as W8_COMPUTE
@@ -37,6 +38,7 @@ from .batch_invariant import use_batch_invariant_gemms
 from .cache_branch import take_cache_branches
 from .canonicalize import LOGITS_INDICES, canonicalize
 from .device_plan import device_plan
+from .lm_head import keeps_head_fp32, lm_head_weight
 from .logits_rows import logits_rows_input
 from .dynamic_int8 import COMPUTE as INT8_COMPUTE
 from .dynamic_int8 import quantize_decoder_int8
@@ -76,7 +78,9 @@ def build_decoder_plan(model_path: Path, handed: list[onnx.ModelProto], profile:
         raise BadInput(f"--precision {options.precision} --target cuda: decoder plans on the GPU are fp32 so far")
     tokenizer = tokenizer_json(model_path)
     folder = {"chat_template": chat_template(model_path), "eos_token_ids": eos_token_ids(model_path)}
+    lm_head = options.precision_settings.lm_head
     key_options = {**options.key_options(), "decoder": 3,
+                   **({"lm_head": lm_head} if options.precision != "fp32" else {}),
                    "tokenizer": hashlib.sha256(tokenizer).hexdigest() if tokenizer else None,
                    "folder": hashlib.sha256(json.dumps(folder, sort_keys=True).encode()).hexdigest()[:16]}
     cache, components, lookup, report, hit = cache_front(model_path, profile, key_options, fingerprint, options,
@@ -100,7 +104,7 @@ def build_decoder_plan(model_path: Path, handed: list[onnx.ModelProto], profile:
         if not decoder.get(key) and value:
             decoder[key] = value
             log(f"{key.replace('_', ' ')} from the files beside the model")
-    precision = weight_only_int8(program, decoder, tokenizer, log) if options.precision == "w8" else \
+    precision = weight_only_int8(program, decoder, tokenizer, options, log) if options.precision == "w8" else \
         dynamic_int8(program, decoder, options, log) if options.precision == "int8" else None
     if tokenizer is None:
         log("no tokenizer.json next to the model: the plan runs token ids only")
@@ -186,34 +190,60 @@ def _paged_program(handed: list[onnx.ModelProto], profile: Profile, options):
     return program, decoder
 
 
-def weight_only_int8(program, decoder: dict, tokenizer: bytes | None, log) -> dict:
-    """Quantize the GEMM weights in place, but for the most sensitive ones (quantize/w8_sensitivity.py);
-    the plan's accuracy entry: greedy-token agreement of the w8 program with the fp32 one on a few
-    seeded prompts."""
+def _head_kept(program, decoder: dict, options, log) -> tuple[str | None, bool | None]:
+    """(the LM head's weight, or None where the walk finds none; keeps_head_fp32's answer)."""
+    head = lm_head_weight(program, decoder["logits"])
+    keep = keeps_head_fp32(options.precision_settings.lm_head, options.precision)
+    if head is None and keep is not None:
+        log(f"{options.precision}: no LM head GEMM found before the logits output: --lm-head has nothing to keep or quantize")
+    return head, keep
+
+
+def weight_only_int8(program, decoder: dict, tokenizer: bytes | None, options, log) -> dict:
+    """Quantize the GEMM weights in place, but for the most sensitive ones (quantize/w8_sensitivity.py)
+    and the LM head where --lm-head fp32 says so; the plan's accuracy entry: greedy-token agreement
+    of the w8 program with the fp32 one on a few seeded prompts."""
     reference = dataclasses.replace(program, steps=copy.deepcopy(program.steps), weights=dict(program.weights))
     candidates, _ = quantizable_weights(program)
     coded = sum(1 for step in program.steps if "weight_group" in step["attrs"])
     if not candidates and coded:
         log(f"w8: no float32 GEMM weight to quantize: {coded} GEMMs already read the model's own quantized codes")
+    head, keep_head = _head_kept(program, decoder, options, log)
+    decided = {head} if head in candidates and keep_head is not None else set()  # not the selection's to choose
     sensitivity = select_fp32_weights(program_runner(reference, decoder, tokenizer),
-                                      {n: dequantized(program.weights[n], axis) for n, axis in candidates.items()}, log=log)
-    w8 = quantize_program_weights(program, keep_fp32=tuple(sensitivity.kept))
+                                      {n: dequantized(program.weights[n], axis) for n, axis in candidates.items()
+                                       if n not in decided}, log=log)
+    kept = (*sensitivity.kept, *((head,) if keep_head and head in candidates else ()))
+    w8 = quantize_program_weights(program, keep_fp32=kept)
     attach_codes(program)
+    experts = quantize_expert_weights(program)
     log(f"w8: {w8.num_weights} GEMM weights to int8, {len(w8.kept_fp32)} kept fp32 (calibration KL "
-        f"{sensitivity.kl_all_int8:.3g} -> {sensitivity.kl_kept:.3g}); checking greedy tokens against fp32")
+        f"{sensitivity.kl_all_int8:.3g} -> {sensitivity.kl_kept:.3g})"
+        + (f", {experts.num_weights} expert weights to int8 ({experts.bytes_fp32 / 1e6:.1f} -> {experts.bytes_int8 / 1e6:.1f} MB)"
+           if experts.num_weights else "") + "; checking greedy tokens against fp32")
     greedy = greedy_agreement(reference, program, decoder)
-    return {"precision": "w8", "compute": W8_COMPUTE, "w8": w8.to_json(),
+    return {"precision": "w8", "compute": W8_COMPUTE, "w8": {**w8.to_json(), "lm_head": _head_entry(head, w8.kept_fp32),
+                                                             "experts": experts.to_json()},
             "accuracy": {"reference": "the fp32 program", "greedy": greedy, "sensitivity": sensitivity.to_json()}}
 
 
+def _head_entry(head: str | None, kept: list) -> dict | None:
+    """What `infc inspect` says of the LM head: its weight and whether it stayed float32."""
+    return None if head is None else {"weight": head, "kept_fp32": head in kept}
+
+
 def dynamic_int8(program, decoder: dict, options, log) -> dict:
-    """int8 weights, activations quantized per token (decoder/dynamic_int8.py); the plan's accuracy
-    entry: greedy-token agreement with the fp32 program on a few seeded prompts."""
+    """int8 weights, activations quantized per token (decoder/dynamic_int8.py), the LM head float32
+    unless --lm-head int8; the plan's accuracy entry: greedy-token agreement with the fp32 program
+    on a few seeded prompts."""
     if getattr(options, "calib", None):
         log("int8 decoder plans quantize each token's activations at run time: --calib is not used")
     reference = dataclasses.replace(program, steps=copy.deepcopy(program.steps), weights=dict(program.weights))
-    int8 = quantize_decoder_int8(program)
+    head, keep_head = _head_kept(program, decoder, options, log)
+    int8 = quantize_decoder_int8(program, keep_fp32=(head,) if keep_head and head else ())
+    int8["lm_head"] = _head_entry(head, int8["kept_fp32"])
     log(f"int8: {int8['num_weights']} GEMM weights to int8 ({int8['bytes_fp32'] / 1e6:.1f} -> {int8['bytes_int8'] / 1e6:.1f} MB), "
+        f"the LM head {'float32' if int8['kept_fp32'] else 'int8' if head else 'not found'}, "
         f"{int8['gemms_quantizing_rows']} GEMMs quantizing their activations per token; checking greedy tokens against fp32")
     greedy = greedy_agreement(reference, program, decoder)
     return {"precision": "int8", "compute": INT8_COMPUTE, "int8_per_token": int8,

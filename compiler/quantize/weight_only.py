@@ -50,28 +50,41 @@ class W8Report:
         return asdict(self)
 
 
-def _gemm_key(step: dict) -> tuple[str, str]:
+def gemm_key(step: dict) -> tuple[str, str]:
     if (step.get("domain"), step["op"]) in WRAPPERS:  # decoder plans wrap GEMMs (decoder/batch_invariant.py)
         return step["attrs"].get("inner_domain") or "", step["attrs"]["inner_op"]
     return step.get("domain") or "", step["op"]
 
 
-def _output_axis(step: dict) -> int:
-    """The weight (input B) axis holding output channels: N of [K, N], or of [N, K] with transB."""
+def gemm_b_axis(step: dict) -> int | None:
+    """The axis of a GEMM step's weight (input B) holding output channels: N of [K, N], or of [N, K]
+    with transB; None for a step that is not a GEMM."""
+    if gemm_key(step) not in GEMM_OPS:
+        return None
     return 0 if (step.get("attrs") or {}).get("transB", 0) else 1
 
 
-def quantizable_weights(program, min_elements: int = MIN_ELEMENTS) -> tuple[dict[str, int], dict[str, int]]:
-    """The weights w8 would store int8 -> their output-channel axis, and reason -> weights it skips."""
-    uses: dict[str, set] = {}  # weight -> {axis, or None for a use that is not a GEMM's B}
+OTHER_USE = "also read by a step that is not a GEMM weight"
+OTHER_GEMM = "other GEMM"  # a use as the B of a GEMM that `b_axis` does not take
+
+
+def quantizable_weights(program, min_elements: int = MIN_ELEMENTS, b_axis=gemm_b_axis,
+                        other_gemm: str = "read by a GEMM of another kind") -> tuple[dict[str, int], dict[str, int]]:
+    """The weights w8 would store int8 -> their output-channel axis, and reason -> weights it skips.
+    `b_axis(step)`: the output axis when the step is a GEMM whose weight (input B) this precision
+    quantizes, else None (int8 decoder plans take only [K, N] MatMuls: decoder/dynamic_int8.py);
+    `other_gemm`: the skip reason of a weight a GEMM that `b_axis` refuses reads."""
+    uses: dict[str, set] = {}  # weight -> {axis, OTHER_GEMM, or None for a use that is not a GEMM's B}
     for step in program.steps:
-        is_gemm = _gemm_key(step) in GEMM_OPS
+        axis = b_axis(step)
+        if axis is None and gemm_b_axis(step) is not None:
+            axis = OTHER_GEMM
         for index, name in enumerate(step["inputs"]):
             if name in program.weights:
-                uses.setdefault(name, set()).add(_output_axis(step) if is_gemm and index == 1 else None)
+                uses.setdefault(name, set()).add(axis if index == 1 else None)
     candidates, skipped = {}, {}
     for name, axes in uses.items():
-        reason = _skip_reason(program.weights[name], axes, min_elements)
+        reason = _skip_reason(program.weights[name], axes, min_elements, other_gemm)
         if reason is None:
             (candidates[name],) = axes
         elif axes != {None}:  # weights no GEMM reads are not candidates
@@ -129,9 +142,11 @@ def _quantize(weight: np.ndarray, axis: int, group_size: int) -> tuple[np.ndarra
             {"axis": k_axis, "block_size": group_size})
 
 
-def _skip_reason(weight: np.ndarray, axes: set, min_elements: int) -> str | None:
+def _skip_reason(weight: np.ndarray, axes: set, min_elements: int, other_gemm: str) -> str | None:
     if None in axes:
-        return "also read by a step that is not a GEMM weight"
+        return OTHER_USE
+    if OTHER_GEMM in axes:
+        return other_gemm
     if len(axes) > 1:
         return "read with different output axes"
     if weight.dtype != np.float32 or weight.ndim != 2:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from infc.compiler.build import _table_rows
+from infc.compiler.quantize.expert_weights import per_expert_channel
 from infc.compiler.runtime.cuda.backend import numpy_backend
 from infc.compiler.runtime.cuda.executor import DeviceContext, DeviceExecutor
 from infc.compiler.runtime.cuda.ops import device_op_for
@@ -168,3 +169,6 @@ def test_expert_matmul(side):
     idx = np.array([2, -1, 0, 2, 2, 1, -4, 0], dtype=np.int64)
     x = _normal(8, 24, 1) if side == 0 else _normal(8, 2, 24)
     check("infc.cpu", "ExpertMatMul", [x, idx, _normal(5, 24, 16)], {"weights_side": side})
+    # int8 experts (w8 plans: codes and a scale per expert and column), each rebuilt on the device
+    codes, scale = per_expert_channel(_normal(5, 24, 16))
+    check("infc.cpu", "ExpertMatMul", [x, idx, codes, scale], {"weights_side": side})

@@ -9,7 +9,7 @@ import math
 
 from ..kernels.common import arg, norm_axis
 from ..kernels.conv import geometry, taps
-from ..kernels.expert_gemm import expert_indices, grouped_product
+from ..kernels.expert_gemm import dequantized, expert_indices, grouped_product
 from .gemm import split_residual
 from .ops_elementwise import activate
 
@@ -209,10 +209,15 @@ max_pool.may_run = lambda attrs: not attrs.get("ceil_mode", 0) and not attrs.get
 
 def expert_matmul(inputs, attrs, ctx):
     """infc.cpu.ExpertMatMul (runtime/kernels/expert_gemm.py): one device GEMM per expert over the rows
-    routed to it; the routing indices are read on the host, which decides the groups."""
-    x, idx, weights = inputs
-    return [grouped_product(x, expert_indices(idx, attrs), weights, attrs.get("weights_side", 1), lambda a, e: ctx.xp.matmul(a, weights[e]),
-                            ctx.xp)]
+    routed to it; the routing indices are read on the host, which decides the groups. int8 experts
+    (codes and scales, `--precision w8`): each expert's weight rebuilt on the device per call."""
+    x, idx, weights = inputs[:3]
+    xp, side, idx = ctx.xp, attrs.get("weights_side", 1), expert_indices(idx, attrs)
+    if len(inputs) == 4:
+        scale = inputs[3]
+        return [grouped_product(x, idx, weights, side, lambda a, e: xp.matmul(a, dequantized(weights[e], scale[e], xp=xp)), xp,
+                                float_weights=lambda: dequantized(weights, scale, xp=xp))]
+    return [grouped_product(x, idx, weights, side, lambda a, e: xp.matmul(a, weights[e]), xp)]
 
 
 expert_matmul.host_inputs = (1,)
