@@ -122,6 +122,8 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
                                                                   options.sample_feeds_source, "the model", defaulted)
     profile = (load_profile(profile_path) if profile_path else feeds_profile(given) if given
                else default_profile(graph_inputs))
+    if options.precision_settings.lm_head != "auto" and options.precision not in ("int8", "w8"):
+        raise BadInput(f"--lm-head applies to --precision int8 and w8 (this build is {options.precision})")
     if profile.decode:  # decoder plans: paged attention, KV cache in the runtime's block pool
         if requested_target == "auto" and options.target == "cuda":  # the device decode path is new: asked for by name
             log("decoder plan: --target auto builds for the CPU; --target cuda runs the decode loop's model on the GPU")
@@ -130,6 +132,9 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         handed = [model]  # the decoder build drops the loaded model once optimized: keep no reference here
         del model
         return build_decoder_plan(model_path, handed, profile, output, options, log)
+    if options.precision_settings.lm_head != "auto":  # silently ignored otherwise: a plan its user did not ask for
+        raise BadInput(f"{profile_path or model_path}: --lm-head applies to decoder plans (a profile with a "
+                       "decode section); this build is one-shot")
     check_profile_matches_model(profile, graph_inputs, defaulted=defaulted)
     if not profile_path and given is None and (note := defaulted_dims_note(graph_inputs)):
         target_notes.append(note)

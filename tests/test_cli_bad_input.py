@@ -199,3 +199,13 @@ def test_an_error_quoting_a_multi_line_message_is_still_one_line(capsys):
         cli._fail("island 'i' failed: Fail: [ONNXRuntimeError] Missing Input: attention_mask\n (on random inputs)", 1)
     assert exited.value.code == 1
     assert capsys.readouterr().err == "error: island 'i' failed: Fail: [ONNXRuntimeError] Missing Input: attention_mask (on random inputs)\n"
+
+
+def test_lm_head_where_no_lm_head_is_quantized_is_refused(plan, tmp_path):
+    """`--lm-head` was ignored without a word on a one-shot build and at fp32: a plan its user did not ask for."""
+    model, profile = plan / "m.onnx", plan / "p.yaml"
+    assert_one_error(infc("build", model, "--profile", profile, "-o", tmp_path / "a.plan", "--lm-head", "fp32", "--no-cache"),
+                     "--lm-head applies to --precision int8 and w8 (this build is fp32)")
+    assert_one_error(infc("build", model, "--profile", profile, "-o", tmp_path / "b.plan", "--lm-head", "int8",
+                          "--precision", "w8", "--no-cache"), str(profile), "--lm-head applies to decoder plans")
+    assert list(tmp_path.iterdir()) == []
