@@ -155,9 +155,12 @@ def _tactics_summary(meta: dict) -> dict | None:
 
 
 def kernel_name(step: dict) -> str:
-    """What runs a step: its kernel, with the vendor tactic the tuner picked for it (tune_vendor.py)."""
+    """What runs a step: its kernel, with the vendor tactic the tuner picked for it (tune_vendor.py)
+    or, for a bf16 plan's convolution, infc's kernel on AMX-BF16 tiles (kernels/amx_conv.py)."""
     kernel = step.get("kernel", step["op"])
-    return f"{kernel} [{step['tactic']}]" if step.get("tactic") else kernel
+    if step.get("tactic"):
+        return f"{kernel} [{step['tactic']}]"
+    return f"{kernel} [amx-bf16 tiles]" if step.get("bf16_tiles") else kernel
 
 
 def _nbytes(info: dict) -> int:

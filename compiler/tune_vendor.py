@@ -3,7 +3,9 @@
 epilogue) and each tuned GEMM step (autotune/cpu_gemm_vendor.py) is timed on infc's kernel and on
 onnxruntime's at every distinct input shape its profile reaches (min, opt and max, not the opt
 shape alone), and the step is marked `"tactic": "onnxruntime"` (with `"tactic_threads"` and its
-time ratio, onnxruntime's over infc's) whenever an onnxruntime candidate was timed.
+time ratio, onnxruntime's over infc's) whenever an onnxruntime candidate was timed. A bf16 plan's
+convolution whose operands hold bf16 values also races infc's kernel on AMX-BF16 tiles, and is
+marked `"bf16_tiles": true` when that was infc's faster kernel (at most of its shapes).
 
 Which marks stay is decided on the whole program (tune_context.py). Steps keep their inputs and
 weights as they are: the runtime builds the sessions at load (runtime/vendor_op.py)."""
@@ -15,9 +17,11 @@ import math
 import numpy as np
 
 from .autotune import cpu_gemm_vendor
-from .autotune.cpu_conv import NATIVE, conv_key, conv_problem, macs, then_name
+from .autotune.cpu_conv import NATIVE, TILES, conv_key, conv_problem, macs, then_name
 from .autotune.tuner import TuneReport, tune_all
+from .bf16_sites import bf16_valued
 from .lower import Program
+from .runtime.bf16_gemm import is_bf16_valued
 from .runtime.kernels.common import decode_attrs
 from .runtime.kernels.conv_epilogue import epilogue_pairs
 from .runtime.vendor_op import TACTIC, is_conv_step
@@ -101,7 +105,9 @@ def tune_vendor_tactics(program: Program, shapes_by_level: dict, target: str, *,
         return [], None
     report = tune_all(problems.values(), bench_fn, budget_s=budget_s, cache=cache, show_progress=show_progress)
     for index, keys in plans:
-        _mark(program.steps[index], [report.results[key] for key in keys])
+        results = [report.results[key] for key in keys]
+        _mark_tiles(program.steps[index], results)
+        _mark(program.steps[index], results)
     return [table_row(result) for result in report.results.values()], report
 
 
@@ -110,10 +116,12 @@ def _conv_problems(program: Program, shapes_by_level: dict, target: str) -> tupl
     pairs = epilogue_pairs(program.steps, program.weights, output_names)
     plans = []  # (step index, [keys by level])
     problems = {}
+    rounded = bf16_valued(program.steps, program.inputs)
     for index, attrs, shapes in _conv_candidates(program, shapes_by_level):
         step = program.steps[index]
         inputs = step["inputs"]
         w = program.weights[inputs[1]]
+        dtype = "bfloat16" if inputs[0] in rounded and is_bf16_valued(w) else "float32"
         bias = program.weights.get(inputs[2]) if len(inputs) > 2 and inputs[2] else None
         then = None
         if index in pairs:
@@ -122,7 +130,7 @@ def _conv_problems(program: Program, shapes_by_level: dict, target: str) -> tupl
         keys = []
         for x_shape, z_shape in shapes.values():
             key = conv_key(x_shape, w.shape, attrs, bias is not None, z_shape is not None, target,
-                           then=then_name(then[0]) if then else "")
+                           then=then_name(then[0]) if then else "", dtype=dtype)
             if str(key) not in problems:
                 problems[str(key)] = conv_problem(key, step["op"], step.get("domain") or "", attrs, x_shape, w, bias,
                                                   z_shape, program.opset, then=then)
@@ -165,9 +173,9 @@ def _mark(step: dict, results: list) -> None:
     session, which keeps its blocked layout from step to step."""
     ratios, threads = [], []
     for result in results:
-        native = result.result_of(NATIVE)
-        vendors = [c for c in result.candidates if c.config != NATIVE and c.is_ok]
-        if any(c.status.startswith(("wrong", "failed")) for c in result.candidates if c.config != NATIVE):
+        native = _best_native(result)
+        vendors = [c for c in result.candidates if not _is_native(c.config) and c.is_ok]
+        if any(c.status.startswith(("wrong", "failed")) for c in result.candidates if not _is_native(c.config)):
             return  # onnxruntime's kernel failed or computed something else here: the step stays infc's
         if native is None or not native.is_ok or not vendors or native.median_s <= 0:
             continue
@@ -184,6 +192,23 @@ def _mark(step: dict, results: list) -> None:
     if chosen:
         step["tactic_threads"] = int(chosen)
     step["tactic_ratio"] = round(ratio, 3)
+
+
+def _is_native(config) -> bool:
+    return config.impl == NATIVE.impl
+
+
+def _best_native(result):
+    """infc's fastest kernel that computed the right thing (its plain one or, for a bf16 site, on AMX tiles)."""
+    natives = [c for c in result.candidates if _is_native(c.config) and c.is_ok and c.median_s > 0]
+    return min(natives, key=lambda c: (c.median_s, str(c.config))) if natives else result.result_of(NATIVE)
+
+
+def _mark_tiles(step: dict, results: list) -> None:
+    """`bf16_tiles` when infc's kernel on AMX tiles beat its float32 one at most of the shapes timed (opt first breaks ties)."""
+    votes = [best.config == TILES for best in (_best_native(result) for result in results) if best is not None and best.is_ok]
+    if votes and (sum(votes) * 2 > len(votes) or (sum(votes) * 2 == len(votes) and votes[0])):
+        step["bf16_tiles"] = True
 
 
 def table_row(result) -> dict:

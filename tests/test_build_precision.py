@@ -247,3 +247,60 @@ def test_bf16_plan_gemms_race_the_bf16_kernels_and_match_onnxruntime(tmp_path):
         for outputs in (native, fallback):
             error = max(d.max_rel_diff for d in compare_outputs(names, expected, [outputs[n] for n in names]))
             assert 1e-6 < error <= TOLERANCE, (m, error)
+
+
+def _two_convs(path):
+    """x [N, 32, 24, 24] -> Conv 3x3 (48) -> Relu -> Conv 1x1 (64) -> y, seeded random weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    weights = [numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), name)
+               for name, shape in (("w1", (48, 32, 3, 3)), ("b1", (48,)), ("w2", (64, 48, 1, 1)))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "two_convs", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 32, 24, 24])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64, 24, 24])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+    return path
+
+
+def test_bf16_plan_convolutions_race_the_amx_tiles_and_match_onnxruntime(tmp_path, monkeypatch):
+    from infc.compiler.runtime import amx_gemm, bf16_gemm
+    from infc.compiler.runtime.kernels import amx_conv
+
+    monkeypatch.setenv("INFC_WHOLE_MODEL", "0")  # the program's own kernels, not one onnxruntime session
+    model = _two_convs(tmp_path / "two_convs.onnx")
+    profile = tmp_path / "p.yaml"
+    profile.write_text("inputs:\n  x: {min: [1, 32, 24, 24], opt: [2, 32, 24, 24], max: [2, 32, 24, 24]}\n")
+    plan, report = _build(tmp_path, model, profile, "bf16")
+    # both convolutions read bf16 values: keyed bfloat16, and infc's kernel on AMX tiles competes
+    # where the CPU has AMX-BF16
+    rows = [row for row in report["tuning"] if row["shape"].startswith("Conv")]
+    assert rows and all("bfloat16" in row["key"] for row in rows)
+    has_tiles = amx_gemm.has_amx_bf16()
+    for row in rows:
+        assert ("infc(tiles=amx-bf16)" in {c["config"] for c in row["candidates"]}) == has_tiles
+    meta = read_plan(plan).meta
+    convs = [s for s in meta["program"] if s["op"] in ("Conv", "FusedConv")]
+    assert len(convs) == 2
+    marked = [s for s in convs if s.get("bf16_tiles")]
+    assert has_tiles or not marked  # marked only where the tiles were timed (and won)
+    session = PlanSession(plan)
+    names = [o["name"] for o in meta["outputs"]]
+    for n in (1, 2):
+        feeds = {"x": np.random.default_rng(n).standard_normal((n, 32, 24, 24)).astype(np.float32)}
+        expected = ort_session(onnx.load(model)).run(names, feeds)
+        native = session.run(feeds)
+        with bf16_gemm.disabled():  # no AMX here: the marked steps run their float32 kernels
+            fallback = PlanSession(plan).run(feeds)
+        for outputs in (native, fallback):
+            error = max(d.max_rel_diff for d in compare_outputs(names, expected, [outputs[n] for n in names]))
+            assert 1e-6 < error <= TOLERANCE, (n, error)
+    if any(not s.get("tactic") for s in marked):  # the mark reaches infc's kernel: the tiles' packed weight is in its memo
+        tiled = [s for s in PlanSession(plan).executor._steps if any(
+            isinstance(key, tuple) and key[0] == "amx-conv-weight" for key in s.ctx.memo)]
+        assert not tiled  # nothing ran yet
+        again = PlanSession(plan)
+        again.run({"x": np.ones((1, 32, 24, 24), np.float32)})
+        assert any(isinstance(key, tuple) and key[0] == "amx-conv-weight" for s in again.executor._steps for key in s.ctx.memo)
+    assert amx_conv.applies((1, 32, 24, 24), (48, 32, 3, 3), 1)

@@ -14,6 +14,10 @@ whether a bias and a residual (FusedConv's Z) are read, and the elementwise step
 would run as the convolution's epilogue (kernels/conv_epilogue.py). With such a step, the
 candidates are what each tactic really runs: infc's ConvEpilogue (one pass), or onnxruntime's
 convolution followed by the elementwise step (a second pass over the output).
+
+A bf16 plan's convolution whose operands hold bf16 values (bf16_sites.py) is keyed as bfloat16 and,
+where AMX-BF16 is usable, has one more candidate: infc's kernel on AMX tiles (TILES,
+runtime/kernels/amx_conv.py), timed on an activation rounded to bf16 as the plan's is.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from typing import Sequence
 
 import numpy as np
 
-from ..runtime import vendor_op
+from ..runtime import amx_gemm, vendor_op
+from ..runtime.bf16_gemm import bf16_values
 from ..runtime.kernels import conv as conv_kernels
-from ..runtime.kernels import conv_taps, depthwise, im2col, jit_conv, kernel_for
+from ..runtime.kernels import amx_conv, conv_taps, depthwise, im2col, jit_conv, kernel_for
 from ..runtime.kernels.common import KernelContext, decode_attrs
 from .config import Config
 from .key import TuningKey, vendor_source_hash
@@ -35,11 +40,12 @@ from .tuner import Problem
 OP = "Conv"
 VENDOR = Config(vendor_op.TACTIC)
 NATIVE = Config(vendor_op.NATIVE)
+TILES = Config.of(vendor_op.NATIVE, tiles="amx-bf16")  # infc's kernel with the step's `bf16_tiles`
 # onnxruntime on one thread: no hand-off to its pool's worker, which costs tens of microseconds a
 # call when the worker sleeps (sessions do not spin, see vendor_op.py)
 CANDIDATES = (VENDOR, Config.of(vendor_op.TACTIC, threads=1), NATIVE)
 # the sources a timing holds for (with onnxruntime's version: key.vendor_source_hash)
-KERNEL_SOURCES = (conv_kernels, conv_taps, depthwise, im2col, jit_conv, vendor_op, Path(__file__))
+KERNEL_SOURCES = (conv_kernels, conv_taps, depthwise, im2col, jit_conv, amx_conv, amx_gemm, vendor_op, Path(__file__))
 LAYOUTS = ("NCHW", "OIHW")
 
 
@@ -58,7 +64,8 @@ def then_name(reader: dict) -> str:
 
 
 def conv_key(x_shape: Sequence[int], w_shape: Sequence[int], attrs: dict, has_bias: bool, has_residual: bool,
-             target: str, *, then: str = "", sources: str | None = None) -> TuningKey:
+             target: str, *, then: str = "", sources: str | None = None, dtype: str = "float32") -> TuningKey:
+    """`dtype`: "bfloat16" for a convolution whose operands hold bf16 values (TILES competes)."""
     kernel = tuple(attrs.get("kernel_shape") or w_shape[2:])
     geo = conv_kernels.geometry(tuple(x_shape[2:]), kernel, attrs)
     spatial = len(x_shape) - 2
@@ -67,16 +74,21 @@ def conv_key(x_shape: Sequence[int], w_shape: Sequence[int], attrs: dict, has_bi
              *((f"S{i}", geo.strides[i]) for i in range(spatial)), *((f"D{i}", geo.dilations[i]) for i in range(spatial)),
              *((f"PB{i}", geo.pads_begin[i]) for i in range(spatial)), *((f"PE{i}", geo.pads_end[i]) for i in range(spatial)),
              ("G", int(attrs.get("group", 1)))]
-    return TuningKey(OP, tuple(shape), ("float32",) * 2, LAYOUTS, epilogue_name(attrs, has_bias, has_residual) + then,
+    return TuningKey(OP, tuple(shape), (dtype,) * 2, LAYOUTS, epilogue_name(attrs, has_bias, has_residual) + then,
                      target, sources or vendor_source_hash(*KERNEL_SOURCES))
 
 
 def conv_problem(key: TuningKey, op: str, domain: str, attrs: dict, x_shape, w: np.ndarray, bias: np.ndarray | None,
                  residual_shape, opset: int, *, then: tuple[dict, dict, dict] | None = None, seed: int = 0) -> Problem:
     """The problem on seeded random activations (never zeros) and the step's own weights. `then`:
-    (the epilogue step, the merged ConvEpilogue step, the weights its scalars come from)."""
+    (the epilogue step, the merged ConvEpilogue step, the weights its scalars come from). A key of
+    dtype bfloat16 times an activation holding bf16 values, with TILES among the candidates where
+    AMX-BF16 is usable."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(x_shape).astype(np.float32)
+    is_bf16 = key.dtypes[0] == "bfloat16"
+    if is_bf16:
+        x = bf16_values(x)
     z = None if residual_shape is None else rng.standard_normal(residual_shape).astype(np.float32)
     names = ["x", "w", "b" if bias is not None else "", "z" if z is not None else ""]
     while names and not names[-1]:
@@ -97,9 +109,10 @@ def conv_problem(key: TuningKey, op: str, domain: str, attrs: dict, x_shape, w: 
             if after is None:
                 return lambda: run(inputs, attrs, None)[0]
             return lambda: after.separate(run(inputs, attrs, None)[0])
+        tiles = config == TILES
         if after is not None:
-            return after.fused(inputs)
-        ctx = KernelContext(opset, [None])
+            return after.fused(inputs, tiles)
+        ctx = KernelContext(opset, [None], bf16_tiles=tiles)
         return lambda: kernel(inputs, attrs, ctx)[0]
 
     def reference() -> np.ndarray:
@@ -107,7 +120,9 @@ def conv_problem(key: TuningKey, op: str, domain: str, attrs: dict, x_shape, w: 
         y = np.asarray(kernel(wide, attrs, KernelContext(opset, [None]))[0], dtype=np.float64)
         return y if after is None else np.asarray(after.separate(y, np.float64), dtype=np.float64)
 
-    return Problem(key, VENDOR, CANDIDATES, build, reference, out_dtype="float32")
+    tiles = is_bf16 and amx_gemm.has_amx_bf16() and amx_conv.applies(x_shape, w.shape, int(attrs.get("group", 1)))
+    candidates = CANDIDATES + ((TILES,) if tiles else ())
+    return Problem(key, VENDOR, candidates, build, reference, out_dtype="float32")
 
 
 class _Epilogue:
@@ -127,13 +142,13 @@ class _Epilogue:
         kernel = kernel_for(reader.get("domain") or "", reader["op"])
         return kernel(args, decode_attrs(reader.get("attrs") or {}), KernelContext(self.opset, [None]))[0]
 
-    def fused(self, conv_inputs: list):
+    def fused(self, conv_inputs: list, tiles: bool = False):
         merged = self.merged
         scalars = [self.weights[name] for name in merged["inputs"][4:]]
         args = list(conv_inputs) + [None] * (4 - len(conv_inputs)) + scalars
         kernel = kernel_for(merged["domain"], merged["op"])
         attrs = decode_attrs(merged["attrs"])
-        ctx = KernelContext(self.opset, [None])
+        ctx = KernelContext(self.opset, [None], bf16_tiles=tiles)
         return lambda: kernel(args, attrs, ctx)[0]
 
 

@@ -185,7 +185,7 @@ def _amx_columns(a, panels, config, rows, p0, p1, n, k_block, out):
     amx_release()  # noqa: F821
 
 
-_CONFIG = tile_config()
+CONFIG = tile_config()
 
 
 def amx_product(a: np.ndarray, panels: np.ndarray, n: int, out: np.ndarray | None = None,
@@ -207,12 +207,19 @@ def amx_product(a: np.ndarray, panels: np.ndarray, n: int, out: np.ndarray | Non
     if panels.shape[1] == 0:  # K = 0: a sum of nothing (the kernel's K blocks would write nothing)
         out[...] = 0.0
         return out
+    return paired_product(kernel, pairs, panels, m, n, out, split and m * k * n >= SPLIT_MIN_MACS)
+
+
+def paired_product(kernel, pairs: np.ndarray, panels: np.ndarray, rows: int, n: int, out: np.ndarray,
+                   split: bool) -> np.ndarray:
+    """out[:rows, :n] = the left operand's k pairs (rows padded to BLOCK) @ W's panels, through the
+    compiled `kernel` (`_amx_columns.get()`); `split`: the panels are shared with the helper thread."""
     count = panels.shape[0]
-    if not split or count < 2 or m * k * n < SPLIT_MIN_MACS:
-        kernel(pairs, panels, _CONFIG, m, 0, count, n, K_BLOCK, out)
+    if not split or count < 2:
+        kernel(pairs, panels, CONFIG, rows, 0, count, n, K_BLOCK, out)
         return out
     from .gemm_impls import parallel_for  # noqa: PLC0415 - gemm_impls imports this module
 
     half = count // 2
-    parallel_for(2, lambda i: kernel(pairs, panels, _CONFIG, m, *((0, half) if i == 0 else (half, count)), n, K_BLOCK, out))
+    parallel_for(2, lambda i: kernel(pairs, panels, CONFIG, rows, *((0, half) if i == 0 else (half, count)), n, K_BLOCK, out))
     return out

@@ -44,6 +44,7 @@ import numpy as np
 
 from ..errors import BadInput, InfcError
 from .cast_fold import fold_rounding
+from .kernels.amx_conv import skip_rounding_before_tiles
 from .gemm_impls import blas_threads
 from .kernels import kernel_for
 from .kernels.common import KernelContext, decode_attrs
@@ -115,6 +116,7 @@ class Executor:
             program_steps = fuse_fake_quantize(program_steps, set(self.output_names))
             program_steps = fuse_conv_epilogues(program_steps, self._weights, set(self.output_names))
             program_steps = fold_rounding(program_steps, set(self.output_names))
+            program_steps = skip_rounding_before_tiles(program_steps, set(self.output_names))
             program_steps = fold_views(program_steps, set(self.output_names))
             program_steps = group_tactic_steps(program_steps, self._weights, set(self.output_names))
         # one onnxruntime session for the whole of the tactic steps spins (runtime/vendor_op.py)
@@ -179,7 +181,7 @@ class Executor:
                                    {name: self._weights[name] for name in inputs if name in self._weights}, threads,
                                    output_names=list(outputs))
             label += f" [onnxruntime{f', {threads} thread' if threads else ''}]"
-        ctx = KernelContext(self.opset, [None] * len(outputs))
+        ctx = KernelContext(self.opset, [None] * len(outputs), bf16_tiles=bool(step.get("bf16_tiles")))
         return _Step(kernel, attrs, ctx, inputs, outputs, label, (domain, step["op"]))
 
     def _assign_frees(self) -> None:

@@ -25,6 +25,7 @@ Rules for kernels written with `jit`:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import threading
 import types
@@ -174,13 +175,38 @@ class Kernel:
         if called or parallel or "prange" in fn.__code__.co_names:  # the same code, seeing compiled names
             bound = types.FunctionType(fn.__code__, {**fn.__globals__, **called, "prange": numba.prange},
                                        fn.__name__, fn.__defaults__, fn.__closure__)
-            # numba's disk cache is keyed by name, not by build flags: the parallel build has its own
-            bound.__qualname__ = fn.__qualname__ + ("_parallel" if parallel else "")
+            # numba's disk cache is keyed by name, not by build flags: the parallel build has its own;
+            # and it is stale only when the kernel's own file changes, not a file of a kernel it
+            # calls (compiled into it): the callees' code is part of the name
+            bound.__qualname__ = fn.__qualname__ + ("_parallel" if parallel else "") + _callees_digest(self.calls)
             bound.__module__, bound.__doc__ = fn.__module__, fn.__doc__
             fn = bound
         with _LOCK:
             return numba.njit(fn, cache=True, nogil=True, fastmath=self.fastmath, parallel=parallel,
                               boundscheck=False, error_model="numpy")
+
+
+def _code_bytes(code: types.CodeType) -> bytes:
+    """What a code object computes: its bytecode and constants, nested functions included."""
+    parts = [code.co_code, repr(code.co_names).encode()]
+    for const in code.co_consts:
+        parts.append(_code_bytes(const) if isinstance(const, types.CodeType) else repr(const).encode())
+    return b"\0".join(parts)
+
+
+def _callees_digest(calls: tuple) -> str:
+    """A short digest of the code of the kernels `calls` names, and of theirs ("" for none)."""
+    if not calls:
+        return ""
+    digest, seen, todo = hashlib.sha256(), set(), list(calls)
+    while todo:
+        kernel = todo.pop()
+        if id(kernel) in seen:
+            continue
+        seen.add(id(kernel))
+        digest.update(kernel.fn.__qualname__.encode() + b"\0" + _code_bytes(kernel.fn.__code__))
+        todo.extend(kernel.calls)
+    return "_" + digest.hexdigest()[:12]
 
 
 def jit(fn: Callable | None = None, *, fastmath: set[str] = FASTMATH, calls: tuple = (),

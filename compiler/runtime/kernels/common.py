@@ -23,6 +23,9 @@ class KernelContext:
     opset: int
     out: list = field(default_factory=list)
     memo: dict = field(default_factory=dict)  # per-step scratch a kernel may keep between runs (plans by shape)
+    # the step's `bf16_tiles`: its operands hold bf16 values and the build measured its convolution
+    # faster on AMX-BF16 tiles (kernels/amx_conv.py; tune_vendor.py)
+    bf16_tiles: bool = False
 
     def out_buffer(self, index: int = 0) -> np.ndarray | None:
         return self.out[index] if index < len(self.out) else None

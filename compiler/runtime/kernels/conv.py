@@ -22,7 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ...fused_activations import SELU_ALPHA, SELU_GAMMA
 from ..gemm_impls import OPENBLAS_SERIAL_MACS, blas_threads, product_into
 from . import im2col as phased
-from . import jit_conv
+from . import amx_conv, jit_conv
 from .common import arg, clip_into, parallel_for
 from .conv_taps import dense2d_taps, prefers_taps
 from .depthwise import depthwise_conv, is_depthwise
@@ -182,12 +182,18 @@ def conv_plan(x_shape, x_dtype, w_shape, attrs, memo: dict | None) -> ConvPlan:
 
 
 def conv_forward(x: np.ndarray, w: np.ndarray, bias, attrs, residual=None, memo: dict | None = None,
-                 epilogue=None) -> np.ndarray:
+                 epilogue=None, tiles: bool = False) -> np.ndarray:
     """`epilogue(block)`: an in-place elementwise function (an activation) the fast paths apply to
     each block of output right after computing it, while it is in cache; the others after the
-    whole output (and after the residual)."""
+    whole output (and after the residual). `tiles`: x and w hold bf16 values and a dense
+    convolution runs on AMX-BF16 tiles where they are usable (amx_conv.py)."""
     plan = conv_plan(x.shape, x.dtype, w.shape, attrs, memo)
     memo = {} if memo is None else memo
+    if tiles and plan.kind != DEPTHWISE and amx_conv.applies(x.shape, w.shape, plan.group):
+        y = amx_conv.tiled_conv(amx_conv.padded_input(x, plan.geo.pads_begin, plan.geo.pads_end), w, plan.geo.strides,
+                                plan.geo.dilations, plan.geo.out, memo)
+        if y is not None:
+            return _with_bias(y, bias, residual, epilogue)
     if plan.is_direct:  # no BLAS call: skip pinning its threads (microseconds on small convolutions)
         y = jit_conv.direct(x, w, bias, plan.geo, plan.group, memo, epilogue if residual is None else None)
         if y is not None:
@@ -196,6 +202,26 @@ def conv_forward(x: np.ndarray, w: np.ndarray, bias, attrs, residual=None, memo:
         return _conv_forward(plan, x, w, bias, residual, memo, epilogue)
     with blas_threads(1):  # large GEMM blocks are shared with the helper thread (parallel_for) instead
         return _conv_forward(plan, x, w, bias, residual, memo, epilogue)
+
+
+def _with_bias(y: np.ndarray, bias, residual, epilogue) -> np.ndarray:
+    """Bias, residual and epilogue on an output computed without them (one compiled pass for bias
+    and epilogue where there is no residual)."""
+    n, m = y.shape[:2]
+    if residual is not None and residual.shape == y.shape:
+        y += residual  # (conv + z) + b: the sum of the same three terms as the float32 path's, in another order
+        residual = None
+    if residual is None and jit_conv.bias_and_epilogue(y.reshape(n * m, -1), bias, epilogue, 0, n * m):
+        return y
+    if bias is not None:
+        y += bias.reshape((m,) + (1,) * (y.ndim - 2))
+    return _finish(y, residual, epilogue) if residual is not None else _then(y, epilogue)
+
+
+def _then(y: np.ndarray, epilogue) -> np.ndarray:
+    if epilogue is not None:
+        epilogue(y)
+    return y
 
 
 def _finish(y: np.ndarray, residual, epilogue) -> np.ndarray:
@@ -314,7 +340,7 @@ def _generic(x: np.ndarray, w: np.ndarray, bias, plan: ConvPlan, memo: dict | No
 
 
 def conv(inputs, attrs, ctx):
-    return [conv_forward(inputs[0], inputs[1], arg(inputs, 2), attrs, memo=ctx.memo)]
+    return [conv_forward(inputs[0], inputs[1], arg(inputs, 2), attrs, memo=ctx.memo, tiles=ctx.bf16_tiles)]
 
 
 def apply_activation(y: np.ndarray, name: str | None, params) -> np.ndarray:
@@ -379,7 +405,7 @@ def fused_conv(inputs, attrs, ctx, then=None):
     elif in_place:
         epilogue = then
     y = conv_forward(inputs[0], inputs[1], arg(inputs, 2), attrs, residual=arg(inputs, 3), memo=ctx.memo,
-                     epilogue=epilogue)
+                     epilogue=epilogue, tiles=ctx.bf16_tiles)
     if not in_place:
         y = apply_activation(y, name, params)
         if then is not None:

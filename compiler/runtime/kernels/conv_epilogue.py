@@ -201,7 +201,7 @@ def _merge(conv: dict, reader: dict, out: str, weights: dict) -> dict | None:
     inputs = list(conv["inputs"]) + [""] * (4 - len(conv["inputs"]))
     return {"op": OP, "domain": DOMAIN, "name": f"{conv.get('name', '')}+{reader.get('name', '')}",
             "inputs": inputs + scalars, "outputs": list(reader["outputs"]),
-            "attrs": dict(conv.get("attrs") or {}, epilogue=remapped)}
+            "attrs": dict(conv.get("attrs") or {}, epilogue=remapped), **({"bf16_tiles": True} if conv.get("bf16_tiles") else {})}
 
 
 KERNELS = {(DOMAIN, OP): conv_epilogue}
