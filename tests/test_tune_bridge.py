@@ -338,6 +338,27 @@ def test_session_inputs_are_declared_with_the_rank_the_build_saw():
     assert [len(i.shape) for i in session.get_inputs()] == [4]
 
 
+def test_a_graph_input_the_model_fixes_is_declared_with_its_dims():
+    """A graph input with fixed dims in the model takes no other shape in the plan: the session
+    declares them, so onnxruntime knows every shape after it (ResNet-50 in one session ran 7%
+    slower than the model itself with only the rank declared). A symbolic dim stays unknown."""
+    from infc.compiler.runtime.kernels.common import decode_attrs
+    from infc.compiler.runtime.vendor_op import GROUP_OP, _session, group_tactic_steps
+
+    _, program, seen = _program(17)
+    marked = _marked(program, seen)
+    keep = with_bridges(len(program.steps), marked, bridge_candidates(program, seen))
+    first = min(keep)
+    assert input_ranks(program.steps[first], seen, program.weights, {"x": [2, 3, 16, 16]}) == {"x": [2, 3, 16, 16]}
+    assert input_ranks(program.steps[first], seen, program.weights, {}) == {"x": 4}
+    ranks = {i: input_ranks(program.steps[i], seen, program.weights, {"x": [2, 3, 16, 16]}) for i in keep}
+    steps = tune_context._with_marks(program.steps, keep, None, ranks)
+    (group,) = [s for s in group_tactic_steps(steps, program.weights, {o["name"] for o in program.outputs})
+                if s["op"] == GROUP_OP]
+    session = _session(group["members"], group["inputs"], group["outputs"], program.weights, decode_attrs, opset=17)
+    assert [i.shape for i in session.get_inputs()] == [[2, 3, 16, 16]]
+
+
 def test_a_numpy_scalar_value_feeds_a_session_as_a_0d_array():
     """A kernel's NumPy scalar (np.take of a 1-d shape at a 0-d index: the shape arithmetic of a T5
     decoder with past) fed a session that takes it: onnxruntime refuses anything but arrays."""
