@@ -28,6 +28,8 @@ CASES = [
     ((1, 64, 40, 40), (64, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # many panels: columns split
     ((3, 10, 50), (12, 10, 5), {"pads": [2, 2], "strides": [3]}),  # 1-D
     ((1, 4, 5, 6, 7), (6, 4, 3, 2, 3), {"pads": [1, 0, 1, 1, 1, 1]}),  # 3-D
+    ((1, 1024, 5, 5), (40, 1024, 3, 3), {"pads": [1, 1, 1, 1]}),  # K = 9,216: more than one K block of the tiles
+    ((1, 8, 9, 9), (16, 8, 2, 2), {"strides": [3, 3]}),  # strides past the kernel: inputs skipped
 ]
 
 
@@ -149,3 +151,22 @@ def test_a_rounding_only_tiled_convolutions_read_is_left_to_their_packing():
         ops = [step.label.split()[0] for step in executor._steps]
         assert ops == (["Conv"] if tiles else ["infc.cpu.RoundTo", "Conv"])
         np.testing.assert_array_equal(y, expected)
+
+
+def test_random_geometries_match_float64():
+    """Seeded random convolutions (rank, channels, kernel, strides, dilations, pads, batch) against float64."""
+    _tiles_or_skip()
+    rng = np.random.default_rng(7)
+    for case in range(40):
+        spatial = int(rng.integers(1, 4))
+        kernel = [int(k) for k in rng.integers(1, 4, spatial)]
+        dilations = [int(d) for d in rng.integers(1, 3, spatial)]
+        strides = [int(s) for s in rng.integers(1, 4, spatial)]
+        pads = [int(p) for p in rng.integers(0, 3, 2 * spatial)]
+        size = [int(k * d + rng.integers(0, 9)) for k, d in zip(kernel, dilations)]
+        c, m, n = int(rng.integers(1, 70)), int(rng.integers(1, 90)), int(rng.integers(1, 3))
+        x, w, bias = _operands((n, c, *size), (m, c, *kernel), seed=case)
+        attrs = {"kernel_shape": kernel, "dilations": dilations, "strides": strides, "pads": pads}
+        reference = conv_forward(x.astype(np.float64), w.astype(np.float64), bias.astype(np.float64), attrs)
+        y = conv_forward(x, w, bias, attrs, memo={}, tiles=True)
+        assert y.shape == reference.shape and _error(y, reference) <= RTOL, (case, x.shape, w.shape, attrs)
