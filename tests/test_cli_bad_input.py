@@ -190,6 +190,26 @@ def test_a_header_field_of_the_wrong_type_or_a_dangling_name_is_refused_on_readi
                              "inconsistent plan header", fragment)
 
 
+def test_a_weight_shape_edited_within_its_section_names_the_weight(plan, tmp_path):
+    """A weight's shape changed in a re-hashed header, its offset still inside the section: its
+    bytes then cover less (or more) than the builder wrote for it, and a kernel failed on the
+    wrong shape (exit 1, naming the step). The weights must tile their section as written."""
+    import copy
+
+    from infc.compiler.plan.format import read_plan, write_plan
+
+    original = read_plan(plan / "m.plan")
+    sections = {name: bytes(view) for name, view in original.sections.items()}
+    largest = max(original.meta["weights"], key=lambda n: np.prod(original.meta["weights"][n]["shape"] or [1]))
+    shape = original.meta["weights"][largest]["shape"]
+    # a row fewer or more (at least 64 bytes here: within the builder's 64-byte padding no layout check can tell)
+    for edited in ([], [shape[0] - 1, *shape[1:]], [shape[0] + 1, *shape[1:]], [shape[0] * 2, *shape[1:]]):
+        meta = copy.deepcopy(original.meta)
+        meta["weights"][largest]["shape"] = edited
+        write_plan(tmp_path / "edited.plan", meta, sections)
+        assert_one_error(infc("run", tmp_path / "edited.plan"), str(tmp_path / "edited.plan"), "corrupt plan (weight")
+
+
 def test_an_error_quoting_a_multi_line_message_is_still_one_line(capsys):
     """onnxruntime's failures end their first line mid-sentence ('... Missing Input: x' then our hint
     on a second line): the error contract is one line."""

@@ -17,8 +17,31 @@ from .executor import Executor
 from .feeds_io import check_feeds
 
 
+WEIGHT_ALIGN = 64  # the builder's layout (build.weights_section): each weight 64-byte aligned, in order
+
+
+def _check_tiling(plan, spans: dict[str, list[tuple[int, int, str]]]) -> None:
+    """The weights of each section lie one after the other, each at the next 64-byte boundary, the
+    last ending where the section does: how the builder writes them. A weight's shape edited in a
+    re-hashed header (its bytes then cover less or more than its own) fails here, with the weight
+    named, instead of as a kernel's error deep in a run (an edit within the 64-byte padding is not
+    seen here; the kernel reading it then names its step)."""
+    for section_name, entries in spans.items():
+        size = len(plan.sections[section_name])
+        expected = 0
+        for offset, nbytes, name in sorted(entries):
+            if offset != expected:
+                raise BadInput(f"{plan.path}: corrupt plan (weight '{name}' at offset {offset} does not follow the weight "
+                               f"before it, which ends at {expected}: its shape or offset was edited)")
+            expected = offset + nbytes + (-(offset + nbytes)) % WEIGHT_ALIGN
+        last = max(entries)
+        if last[0] + last[1] != size:
+            raise BadInput(f"{plan.path}: corrupt plan (weight '{last[2]}' ends at {last[0] + last[1]}, its section "
+                           f"'{section_name}' at {size}: its shape was edited)")
+
+
 def _weights(plan) -> dict[str, np.ndarray]:
-    weights = {}
+    weights, spans = {}, {}
     for name, info in plan.meta["weights"].items():
         dtype, section = _weight_dtype(plan, name, info), plan.sections.get(info.get("section"))
         if not weight_encoding.known(info):
@@ -28,8 +51,10 @@ def _weights(plan) -> dict[str, np.ndarray]:
         # the checksums vouch for the bytes, not for a table edited and re-hashed: its entries stay in their section
         if section is None or not 0 <= info["offset"] <= len(section) - count * stored.itemsize:
             raise BadInput(f"{plan.path}: corrupt plan (weight '{name}' lies outside its section)")
+        spans.setdefault(info["section"], []).append((info["offset"], count * stored.itemsize, name))
         array = weight_encoding.decode(np.frombuffer(section, dtype=stored, count=count, offset=info["offset"]), info)
         weights[name] = array.reshape(info["shape"])
+    _check_tiling(plan, spans)
     return weights
 
 
