@@ -73,7 +73,8 @@ def _pack_windows(x, k_offsets, runs, panel_runs, step, out):
 def _layout(shape, kernel, strides, dilations, out_dims, pairs: int, memo: dict):
     """(k offsets [2 * pairs], pixel runs, panel run ranges, step) of _pack_windows for a padded image
     of `shape` [C, *spatial] flattened, cached per geometry: k runs over (c, kernel taps) as the
-    weight's rows do; pixels over the output in row-major order, a run per row of the last dim and panel."""
+    weight's rows do; pixels over the output in row-major order, a run per row of the last dim and panel
+    (rows that lie end to end in memory, as a pointwise convolution's do, make one run)."""
     key = ("amx-conv-layout", shape, kernel, strides, dilations, out_dims, pairs)
     held = memo.get(key)
     if held is None:
@@ -93,7 +94,12 @@ def _layout(shape, kernel, strides, dilations, out_dims, pairs: int, memo: dict)
             pixel, end = index * width, (index + 1) * width
             while pixel < end:
                 cut = min(end, (pixel // PANEL + 1) * PANEL)
-                runs.append((pixel % PANEL, cut - pixel, start + (pixel - index * width) * step))
+                lane, at = pixel % PANEL, start + (pixel - index * width) * step
+                last = runs[-1] if len(runs) > panel_runs[-1] else None  # the panel's run before, if any
+                if last is not None and last[0] + last[1] == lane and last[2] + last[1] * step == at:
+                    runs[-1] = (last[0], last[1] + cut - pixel, last[2])  # rows that lie end to end: one run
+                else:
+                    runs.append((lane, cut - pixel, at))
                 if cut % PANEL == 0 or cut == len(starts) * width:
                     panel_runs.append(len(runs))
                 pixel = cut
