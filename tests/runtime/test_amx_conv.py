@@ -170,3 +170,16 @@ def test_random_geometries_match_float64():
         reference = conv_forward(x.astype(np.float64), w.astype(np.float64), bias.astype(np.float64), attrs)
         y = conv_forward(x, w, bias, attrs, memo={}, tiles=True)
         assert y.shape == reference.shape and _error(y, reference) <= RTOL, (case, x.shape, w.shape, attrs)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [CASES[1], CASES[5], ((1, 16, 20, 19), (80, 16, 3, 3), {"pads": [1, 1, 1, 1]})])
+def test_windows_packed_a_chunk_at_a_time(monkeypatch, x_shape, w_shape, attrs):
+    """Large images are packed and multiplied a few panels at a time (the packed windows of a 3x3
+    convolution at 1024 x 1024 would take a gigabyte): two panels a chunk here, the last one alone."""
+    _tiles_or_skip()
+    monkeypatch.setattr(amx_conv, "CHUNK_BYTES", 1)
+    x, w, bias = _operands(x_shape, w_shape)
+    attrs = {"kernel_shape": list(w_shape[2:]), **attrs}
+    reference = conv_forward(x.astype(np.float64), w.astype(np.float64), bias.astype(np.float64), attrs)
+    y = conv_forward(x, w, bias, attrs, memo={}, tiles=True)
+    assert _error(y, reference) <= RTOL

@@ -20,6 +20,7 @@ not usable, and the caller keeps its float32 path.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -35,6 +36,7 @@ from .im2col import pooled
 # panels' pixels (a few KB), which the prefetchers follow; one panel at a time, a 256-channel input
 # larger than L2 was read in 256 interleaved streams of 256 bytes, at 0.7 ns a word
 PANEL_GROUP = 8
+CHUNK_BYTES = 8 << 20  # packed windows held at a time (a few MB: the core's L2 and a little more)
 
 
 @jit(fastmath=set(), calls=(_bf16_of,))
@@ -157,33 +159,41 @@ def tiled_conv(xp: np.ndarray, w: np.ndarray, strides, dilations, out_dims, memo
     pixels = math.prod(out_dims)
     k_offsets, runs, panel_runs, step = _layout(xp.shape[1:], tuple(w.shape[2:]), tuple(strides), tuple(dilations),
                                                 tuple(out_dims), a.shape[1], memo)
-    shape = (-(-pixels // PANEL), a.shape[1], PANEL)
-    # one buffer for every convolution of this thread: a fresh one per call cost its page faults
-    panels = pooled("amx-conv-panels", math.prod(shape), np.uint32)[:math.prod(shape)].reshape(shape)
+    count = -(-pixels // PANEL)
+    # panels packed and multiplied a chunk at a time: a 3x3 convolution of 64 channels at 1024 x 1024
+    # would otherwise pack 1.2 GB; one buffer for every convolution of this thread (a fresh one per
+    # call cost its page faults)
+    chunk = min(count, max(2, CHUNK_BYTES // (a.shape[1] * PANEL * 4)))
+    panels = pooled("amx-conv-panels", chunk * a.shape[1] * PANEL, np.uint32)[:chunk * a.shape[1] * PANEL].reshape(
+        chunk, a.shape[1], PANEL)
     y = np.empty((n, m, pixels), np.float32)
-    count = panels.shape[0]
     split = m * pixels * math.prod(w.shape[1:]) >= amx_gemm.SPLIT_MIN_MACS
     row_half = -(-m // (2 * amx_gemm.BLOCK)) * amx_gemm.BLOCK  # rows split at a tile block edge
     flat = np.ascontiguousarray(xp).reshape(n, -1).view(np.uint32)
-    for image in range(n):
-        def columns(p0: int, p1: int, image=image):
-            """Panels p0..p1-1: packed, then multiplied while they are in this core's cache."""
-            pack(flat[image], k_offsets, runs, panel_runs[p0:p1 + 1], step, panels[p0:p1])
-            product(a, panels, amx_gemm.CONFIG, m, p0, p1, pixels, amx_gemm.K_BLOCK, y[image])
+    for image, first in itertools.product(range(n), range(0, count, chunk)):
+        last = min(count, first + chunk)
+        out = y[image, :, first * PANEL:]  # the chunk's columns on: panel p of the chunk is panel first + p
 
-        def rows(r0: int, r1: int, image=image):
+        def columns(p0: int, p1: int, image=image, first=first, out=out):
+            """Panels p0..p1-1 of the chunk: packed, then multiplied while they are in this core's cache."""
+            pack(flat[image], k_offsets, runs, panel_runs[first + p0:first + p1 + 1], step, panels[p0:p1])
+            product(a, panels, amx_gemm.CONFIG, m, p0, p1, out.shape[1], amx_gemm.K_BLOCK, out)
+
+        def rows(r0: int, r1: int, out=out):
             """Output rows r0..r1-1 (one panel's pixels: the weight's rows are the larger operand)."""
             block_rows = -(-(r1 - r0) // amx_gemm.BLOCK) * amx_gemm.BLOCK  # the kernel reads whole blocks of a
-            product(a[r0:r0 + block_rows], panels, amx_gemm.CONFIG, r1 - r0, 0, count, pixels, amx_gemm.K_BLOCK, y[image, r0:r1])
+            product(a[r0:r0 + block_rows], panels, amx_gemm.CONFIG, r1 - r0, 0, 1, out.shape[1], amx_gemm.K_BLOCK,
+                    out[r0:r1])
 
-        if split and count > 1:
-            half = count // 2
-            parallel_for(2, lambda i: columns(*((0, half) if i == 0 else (half, count))))
+        size = last - first
+        if split and size > 1:
+            half = size // 2
+            parallel_for(2, lambda i: columns(*((0, half) if i == 0 else (half, size))))
         elif split and row_half < m:
-            pack(flat[image], k_offsets, runs, panel_runs, step, panels)
+            pack(flat[image], k_offsets, runs, panel_runs[first:last + 1], step, panels[:1])
             parallel_for(2, lambda i: rows(*((0, row_half) if i == 0 else (row_half, m))))
         else:
-            columns(0, count)
+            columns(0, size)
     return y.reshape((n, m) + tuple(out_dims))
 
 
