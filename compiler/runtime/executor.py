@@ -44,9 +44,9 @@ import numpy as np
 
 from ..errors import BadInput, InfcError
 from .cast_fold import fold_rounding
-from .kernels.amx_conv import skip_rounding_before_tiles
 from .gemm_impls import blas_threads
 from .kernels import kernel_for
+from .kernels.amx_conv import skip_rounding_before_tiles
 from .kernels.common import KernelContext, decode_attrs
 from .kernels.conv_epilogue import fuse_conv_epilogues
 from .kernels.fake_quant import fuse_fake_quantize

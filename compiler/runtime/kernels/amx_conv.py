@@ -3,7 +3,8 @@
 Why: a bf16 plan's convolutions read bf16 values (the build rounds activation and weight; see
 bf16_sites.py) and summed them as float32 sgemm, or in onnxruntime between Casts: ResNet-50's bf16
 plan ran 1.42x its fp32 plan. On AMX one `tdpbf16ps` does 16 x 16 x 32 products (amx_gemm.py):
-a 3x3 convolution of 64-512 channels measured 2-12x infc's float32 one on a Sapphire Rapids core.
+over ResNet-50's convolutions this runs 0.38x infc's float32 kernel and 0.61x onnxruntime's
+one-node float32 convolutions on a Sapphire Rapids core (bench/amx_conv.py).
 
 Layout, chosen so the output is NCHW as it comes (no transpose after): the convolution's weight,
 [M, C/group... = K] rows, is the GEMM's left operand, its k pairs packed once per weight
