@@ -92,9 +92,9 @@ def input_ranks(step: dict, shapes_by_level: dict, weights: dict,
     that the step starts declares them with it ("tactic_ranks", runtime/vendor_op.py). onnxruntime's
     NCHWc layout pass needs the rank: without it a pooling after the first convolution stays in
     NCHW and every residual convolution reading it reorders (a ResNet's first stage). A graph input
-    the model declares with fixed dims (`static_inputs`: name -> dims) is declared with those dims:
-    the plan takes no other shape there, and onnxruntime then knows every shape after it (ResNet-50
-    in one session: 31.0 -> 28.9 ms, as fast as the model itself)."""
+    the model declares with fixed dims (`static_inputs`: name -> dims, None where symbolic) is
+    declared with them: the plan takes no other size there, and onnxruntime then knows the shapes
+    after it (ResNet-50 in one session: 31.0 -> 28.9 ms, as fast as the model itself)."""
     ranks = {}
     for name in step["inputs"]:
         if not name or name in weights:

@@ -87,8 +87,8 @@ def confirm_in_context(program: Program, feeds: dict, *, shapes_by_level: dict |
 
     dtypes = {index: input_dtypes(program.steps[index], shapes_by_level or {}, program.weights)
               for index in set(marked) | shape_bridges}
-    static_inputs = {i["name"]: i["shape"] for i in program.inputs
-                     if i.get("shape") is not None and all(isinstance(d, int) and d >= 0 for d in i["shape"])}
+    static_inputs = {i["name"]: [d if isinstance(d, int) and d >= 0 else None for d in i["shape"]] for i in program.inputs
+                     if i.get("shape") is not None and any(isinstance(d, int) and d >= 0 for d in i["shape"])}
     ranks = {index: input_ranks(program.steps[index], shapes_by_level or {}, program.weights, static_inputs)
              for index in set(marked) | shape_bridges}
     lengths = {index: input_lengths(program.steps[index], shapes_by_level or {}, program.weights)

@@ -351,6 +351,7 @@ def test_a_graph_input_the_model_fixes_is_declared_with_its_dims():
     first = min(keep)
     assert input_ranks(program.steps[first], seen, program.weights, {"x": [2, 3, 16, 16]}) == {"x": [2, 3, 16, 16]}
     assert input_ranks(program.steps[first], seen, program.weights, {}) == {"x": 4}
+    assert input_ranks(program.steps[first], seen, program.weights, {"x": [None, 3, 16, 16]}) == {"x": [None, 3, 16, 16]}
     ranks = {i: input_ranks(program.steps[i], seen, program.weights, {"x": [2, 3, 16, 16]}) for i in keep}
     steps = tune_context._with_marks(program.steps, keep, None, ranks)
     (group,) = [s for s in group_tactic_steps(steps, program.weights, {o["name"] for o in program.outputs})

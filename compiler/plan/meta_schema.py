@@ -22,7 +22,7 @@ STEP = {"op": "str", "domain?": "str", "name?": "str", "inputs": ("list", "str")
         "tactic?": "str", "tactic_threads?": ("either", "count", "null"), "tactic_ratio?": ("either", "number", "null"),
         "tactic_group?": "int", "tactic_dtypes?": ("map", "dtype"), "tactic_lengths?": ("map", "size"),
         # a session input's rank, or (a graph input the model fixes) its dims: runtime/vendor_op.py
-        "tactic_ranks?": ("map", ("either", "size", SIZES)), "kernel?": "str", "bf16_tiles?": "bool"}
+        "tactic_ranks?": ("map", ("either", "size", ("list", ("either", "size", "null")))), "kernel?": "str", "bf16_tiles?": "bool"}
 WEIGHT = {"section": "str", "offset": "size", "dtype": "dtype", "shape": SIZES, "encoding?": "str"}
 RANGE = {"min": SIZES, "opt": SIZES, "max": SIZES}  # the builder writes every input's profile as a range
 DECODER = {"num_layers": "count", "num_heads": "count", "num_kv_heads": "count", "head_dim": "count",
