@@ -33,6 +33,7 @@ from .runtime.feeds_io import check_feeds, feeds_digest, gather_table_rows, rand
 from .runtime.kernels import has_kernel
 from .runtime.shape_contract import contradicts_shapes
 from .target import target_fingerprint
+from .precision_payoff import fp32_payoff
 from .tune_whole import offer as offer_whole_model
 from .tune_whole import original_outputs
 from .tune_whole import prove as prove_whole_model
@@ -184,7 +185,7 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
     from .tune_plan import tune_program  # the tuner is heavy: only builds that miss the cache load it
     from .tune_vendor import drop_packings_onnxruntime_replaces
 
-    cuda_fallback = None
+    cuda_fallback, payoff = None, None
     if options.target == "cuda":  # GPU tuning, cubins, self-check; auto falls back to a CPU plan (build_cuda.py)
         from .build_cuda import tune_cuda_or_fallback  # noqa: PLC0415
         tuning, cuda_fallback = tune_cuda_or_fallback(program, shapes_by_level, profile, options, log,
@@ -208,11 +209,16 @@ def build(model_path: str, profile_path: str | None, output: str, options: Build
         tuning = tune_program(program, shapes_by_level, profile, options, log, feeds=feeds, whole_model=whole,
                               fp32_reference=fp32_reference)
         drop_packings_onnxruntime_replaces(program)
+        if is_reduced and precision_meta:  # is the reduced precision faster than fp32 at all? (precision_payoff.py)
+            with phase("timing the fp32 model in onnxruntime", spin):  # the report says when it does not pay
+                payoff = fp32_payoff(model, feeds, tuning.get("meta", {}))
     del whole
     is_whole = bool(tuning.get("meta", {}).get("conv_tactics", {}).get("whole_model"))
     if is_whole and precision_meta:
         precision_meta = precision.finish(program, log)  # the accuracy of what the plan now runs
         precision_meta["compute"] = "onnxruntime's own kernels over the whole reduced-precision model (tune_whole.py)"
+    if payoff and precision_meta:
+        precision_meta["payoff"] = payoff
     # planned once the program is final: tuning may reorder its steps (tune_context.py) or make it one session
     max_shapes = shapes_by_level["max"]
     sizes = {n: int(np.prod(s)) * np.dtype(d).itemsize for n, (s, d) in max_shapes.items()

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .plan.format import read_plan
+from .precision_payoff import payoff_note
 from .runtime.row_quantized_gemm import ROW_QUANTIZED
 
 TOP_CANDIDATES = 3  # the fastest few per shape; --json has them all
@@ -301,6 +302,9 @@ def print_precision(precision: dict, console: Console) -> None:
         console.print(f"  self-repair ({repair['metric']} <= {repair['tolerance']:g}): error {repair['error_before']:.3g} -> "
                       f"{repair['error_after']:.3g}; pinned to fp32: {pinned}"
                       + ("" if repair["is_within_tolerance"] else "  [tolerance NOT reached]"))
+    note = payoff_note(precision.get("payoff"), precision["precision"])
+    if note:
+        console.print(f"  {note}")
     if precision.get("int8"):
         int8 = precision["int8"]
         console.print(f"  int8 {int8['method']} over {int8['num_samples']} samples: quantized {int8['quantized']}")

@@ -304,3 +304,20 @@ def test_bf16_plan_convolutions_race_the_amx_tiles_and_match_onnxruntime(tmp_pat
         again.run({"x": np.ones((1, 32, 24, 24), np.float32)})
         assert any(isinstance(key, tuple) and key[0] == "amx-conv-weight" for s in again.executor._steps for key in s.ctx.memo)
     assert amx_conv.applies((1, 32, 24, 24), (48, 32, 3, 3), 1)
+
+
+def test_a_reduced_precision_plan_slower_than_fp32_onnxruntime_says_so(tmp_path):
+    """The build times onnxruntime on the fp32 model as given, on the race's inputs, and the report
+    says when the reduced-precision program is slower (a bf16 ResNet-50 on a Sapphire Rapids core)."""
+    from infc.compiler.precision_payoff import fp32_payoff, payoff_note
+
+    model = onnx.load(_two_convs(tmp_path / "two_convs.onnx"))
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 32, 24, 24)).astype(np.float32)}
+    slow = fp32_payoff(model, feeds, {"conv_tactics": {"kept": "none", "program_ms": {"none": 1e4}}})
+    assert slow["plan_ms"] == 1e4 and 0 < slow["fp32_onnxruntime_ms"] < 1e4 and slow["ratio"] > 1
+    note = payoff_note(slow, "bf16")
+    assert note and "bf16 does not pay" in note and f"{slow['ratio']:.2f}x" in note
+    fast = fp32_payoff(model, feeds, {"conv_tactics": {"kept": "none", "program_ms": {"none": 1e-6}}})
+    assert payoff_note(fast, "bf16") is None
+    assert fp32_payoff(model, feeds, {}) is None  # no program time measured: nothing to compare
+    assert fp32_payoff(model, {"x": np.zeros((1, 5), np.float32)}, {"conv_tactics": {"kept": "none", "program_ms": {"none": 1.0}}}) is None
