@@ -47,13 +47,16 @@ GATED_ACTIVATIONS = {"QuickGelu", "FastGelu", "Gelu"}  # com.microsoft, one inpu
 
 def fuse_program(steps: list[dict], weights: dict[str, np.ndarray], graph: gs.Graph) -> list[dict]:
     """The fusions; `weights` gains the concatenated weights and loses the ones no step reads any more."""
-    steps = fuse_expert_gemms(steps, weights, {t.name for t in graph.outputs} | _subgraph_reads(graph), graph.tensors())
-    return fuse_elementwise(fuse_gated(merge_sibling_gemms(steps, weights, graph), weights, graph), graph)
+    visible = visible_names(graph)  # once: a walk of every subgraph of the model
+    steps = fuse_expert_gemms(steps, weights, visible, graph.tensors())
+    steps = merge_sibling_gemms(steps, weights, graph, visible)
+    return fuse_elementwise(fuse_gated(steps, weights, graph, visible), graph, visible)
 
 
-def fuse_gated(steps: list[dict], weights: dict[str, np.ndarray], graph: gs.Graph) -> list[dict]:
+def fuse_gated(steps: list[dict], weights: dict[str, np.ndarray], graph: gs.Graph,
+               visible: set[str] | None = None) -> list[dict]:
     """The program with Split -> activation -> Mul triples as one GatedActivation step each."""
-    visible = {t.name for t in graph.outputs} | _subgraph_reads(graph)
+    visible = visible_names(graph) if visible is None else visible
     tensors = graph.tensors()
     consumers: dict[str, list[int]] = {}
     for index, step in enumerate(steps):
@@ -110,8 +113,9 @@ def _halves_along_last_axis(step: dict, weights: dict[str, np.ndarray], tensors:
     return sizes is None or (len(sizes) == 2 and sizes[0] == sizes[1])
 
 
-def merge_sibling_gemms(steps: list[dict], weights: dict[str, np.ndarray], graph: gs.Graph) -> list[dict]:
-    keep = {t.name for t in graph.outputs} | _subgraph_reads(graph)
+def merge_sibling_gemms(steps: list[dict], weights: dict[str, np.ndarray], graph: gs.Graph,
+                        visible: set[str] | None = None) -> list[dict]:
+    keep = visible_names(graph) if visible is None else visible
     consumers: dict[str, list[int]] = {}
     for index, step in enumerate(steps):
         for name in step["inputs"]:
@@ -183,13 +187,13 @@ def _bias_add(steps, consumers, weights, keep, index) -> tuple[int, int] | None:
     return readers[0], side
 
 
-def fuse_elementwise(steps: list[dict], graph: gs.Graph) -> list[dict]:
+def fuse_elementwise(steps: list[dict], graph: gs.Graph, visible: set[str] | None = None) -> list[dict]:
     """The program with its elementwise runs fused (the steps are not modified)."""
     dtypes = {name: _dtype_name(t.dtype) for name, t in graph.tensors().items()}
     for step in steps:  # without shape inference: an elementwise op's output has its first input's type
         if (step.get("domain") or "", step["op"]) in INTO and step["outputs"] and not dtypes.get(step["outputs"][0]):
             dtypes[step["outputs"][0]] = dtypes.get(step["inputs"][0]) if step["inputs"] else None
-    visible = {t.name for t in graph.outputs} | _subgraph_reads(graph)
+    visible = visible_names(graph) if visible is None else visible
     consumers: dict[str, list[int]] = {}
     for index, step in enumerate(steps):
         for name in step["inputs"]:
@@ -255,6 +259,11 @@ def _dtype_name(dtype) -> str | None:
         return np.dtype(dtype).name
     except TypeError:
         return None
+
+
+def visible_names(graph: gs.Graph) -> set[str]:
+    """Values a fusion must keep: the graph's outputs and what its subgraphs read."""
+    return {t.name for t in graph.outputs} | _subgraph_reads(graph)
 
 
 def _subgraph_reads(graph: gs.Graph) -> set[str]:

@@ -92,7 +92,7 @@ def test_split_activation_mul_becomes_one_gated_step_with_the_same_bits(graph_of
     assert program.steps[1]["attrs"]["gate"] == gate and program.steps[1]["attrs"]["activation"] == activation
     ort_check(model, feeds)
     fused = Executor(program.steps, program.weights, program.opset, program.islands, ["y"]).run(feeds)["y"]
-    monkeypatch.setattr(lower_fuse, "fuse_gated", lambda steps, weights, graph: steps)
+    monkeypatch.setattr(lower_fuse, "fuse_gated", lambda steps, weights, graph, visible=None: steps)
     plain = lower_graph(import_graph(model), has_kernel)
     assert "GatedActivation" not in [s["op"] for s in plain.steps]
     unfused = Executor(plain.steps, plain.weights, plain.opset, plain.islands, ["y"]).run(feeds)["y"]
