@@ -20,7 +20,7 @@ import numpy as np
 
 from ..lower_experts import EXPERT_DOMAIN, EXPERT_OP
 from .qdq import weight_per_channel
-from .weight_only import MIN_ELEMENTS
+from .weight_only import MIN_ELEMENTS, weight_uses
 
 
 @dataclass
@@ -46,13 +46,8 @@ def per_expert_channel(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def quantize_expert_weights(program, min_elements: int = MIN_ELEMENTS) -> ExpertW8Report:
     """Rewrites `program`'s ExpertMatMul steps and weights in place."""
-    readers: dict[str, list[tuple[dict, int]]] = {}
-    for step in program.steps:
-        for index, name in enumerate(step["inputs"]):
-            if name in program.weights:
-                readers.setdefault(name, []).append((step, index))
     report = ExpertW8Report()
-    for name, uses in readers.items():
+    for name, uses in weight_uses(program).items():
         if not any(_is_expert_step(step) and index == 2 for step, index in uses):
             continue
         weight = program.weights[name]

@@ -68,6 +68,16 @@ OTHER_USE = "also read by a step that is not a GEMM weight"
 OTHER_GEMM = "other GEMM"  # a use as the B of a GEMM that `b_axis` does not take
 
 
+def weight_uses(program) -> dict[str, list[tuple[dict, int]]]:
+    """Each weight a step reads -> (the step, the input position it reads it at), in program order."""
+    uses: dict[str, list[tuple[dict, int]]] = {}
+    for step in program.steps:
+        for index, name in enumerate(step["inputs"]):
+            if name in program.weights:
+                uses.setdefault(name, []).append((step, index))
+    return uses
+
+
 def quantizable_weights(program, min_elements: int = MIN_ELEMENTS, b_axis=gemm_b_axis,
                         other_gemm: str = "read by a GEMM of another kind") -> tuple[dict[str, int], dict[str, int]]:
     """The weights w8 would store int8 -> their output-channel axis, and reason -> weights it skips.
@@ -75,13 +85,12 @@ def quantizable_weights(program, min_elements: int = MIN_ELEMENTS, b_axis=gemm_b
     quantizes, else None (int8 decoder plans take only [K, N] MatMuls: decoder/dynamic_int8.py);
     `other_gemm`: the skip reason of a weight a GEMM that `b_axis` refuses reads."""
     uses: dict[str, set] = {}  # weight -> {axis, OTHER_GEMM, or None for a use that is not a GEMM's B}
-    for step in program.steps:
-        axis = b_axis(step)
-        if axis is None and gemm_b_axis(step) is not None:
-            axis = OTHER_GEMM
-        for index, name in enumerate(step["inputs"]):
-            if name in program.weights:
-                uses.setdefault(name, set()).add(axis if index == 1 else None)
+    for name, readers in weight_uses(program).items():
+        for step, index in readers:
+            axis = b_axis(step)
+            if axis is None and gemm_b_axis(step) is not None:
+                axis = OTHER_GEMM
+            uses.setdefault(name, set()).add(axis if index == 1 else None)
     candidates, skipped = {}, {}
     for name, axes in uses.items():
         reason = _skip_reason(program.weights[name], axes, min_elements, other_gemm)
