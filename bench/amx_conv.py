@@ -4,11 +4,12 @@ side by side in one process.
     python bench/amx_conv.py [--repeats 3] [--runs 15] [--tag TAG] [--no-write]
 
 For each convolution (ResNet-50's distinct ones at 1 x 224 x 224, each with its bias and Relu, and
-the residual one with its sum): infc's kernel as a bf16 plan runs it with `bf16_tiles`
-(runtime/kernels/amx_conv.py; the activation's rounding to bf16 is part of its packing, and so of
-its time), infc's float32 kernel on the same values, and onnxruntime's float32 Conv (a one-node
-session, FusedConv's form: Conv + Add + Relu, default threads and one), the vendor a bf16 plan's
-convolution races at build. Interleaved: `repeats` rounds of every candidate, each the median of
+the residual one with its sum): infc's kernel as a bf16 plan runs it with `bf16_tiles` (taps of
+the converted input, runtime/kernels/amx_taps.py, where they apply, else the packed windows of
+amx_conv.py; the activation's rounding to bf16 is part of its conversion, and so of its time), the
+windows alone for comparison, infc's float32 kernel on the same values, and onnxruntime's float32
+Conv (a one-node session, FusedConv's form: Conv + Add + Relu, default threads and one), the vendor
+a bf16 plan's convolution races at build. Interleaved: `repeats` rounds of every candidate, each the median of
 `runs` calls; the table shows medians in ms and each over onnxruntime's. Outputs are checked
 against a float64 convolution of the same values first. Needs AMX-BF16 (says so and stops
 without it). OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are unset for this benchmark (it re-runs itself
@@ -80,6 +81,7 @@ def main() -> int:
     rerun_without_openblas_env(args.keep_openblas_env)
 
     from infc.compiler.runtime import amx_gemm, bf16_gemm
+    from infc.compiler.runtime.kernels import amx_taps
     from infc.compiler.runtime.kernels.common import KernelContext
     from infc.compiler.runtime.kernels.conv import conv_forward, fused_conv
 
@@ -88,7 +90,20 @@ def main() -> int:
         return 0
     rng = np.random.default_rng(0)
     rows = []
-    print(f"{'convolution':38} {'tiles ms':>9} {'fp32 ms':>9} {'ORT ms':>8} {'ORT 1t':>8} {'tiles/ORT':>10} {'tiles/fp32':>11}")
+    takes_taps = amx_taps.applies
+
+    def windows_only(run):
+        """run() with amx_taps.py switched off: the packed windows of amx_conv.py."""
+        def windows():
+            amx_taps.applies = lambda *_: False
+            try:
+                return run()
+            finally:
+                amx_taps.applies = takes_taps
+        return windows
+
+    print(f"{'convolution':38} {'path':>7} {'tiles ms':>9} {'windows':>8} {'fp32 ms':>9} {'ORT ms':>8} {'ORT 1t':>8} "
+          f"{'tiles/ORT':>10} {'tiles/fp32':>11}")
     for c, m, size, k, stride, residual in SHAPES:
         x = rng.standard_normal((1, c, size, size)).astype(np.float32)  # not rounded: the packing rounds it
         w = bf16_gemm.bf16_values((rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32))
@@ -98,9 +113,11 @@ def main() -> int:
         attrs = {"kernel_shape": [k, k], "pads": [k // 2] * 4, "strides": [stride, stride]}
         fused = {**attrs, "activation": "Relu"}
         tiles_ctx, plain_ctx = KernelContext(17, [None], bf16_tiles=True), KernelContext(17, [None])
+        windows_ctx = KernelContext(17, [None], bf16_tiles=True)
         inputs = [x, w, bias] + ([z] if residual else [])
         candidates = {
             "tiles": lambda: fused_conv(inputs, fused, tiles_ctx)[0],
+            "windows": windows_only(lambda: fused_conv(inputs, fused, windows_ctx)[0]),
             "fp32": lambda: fused_conv([bf16_gemm.bf16_values(x)] + inputs[1:], fused, plain_ctx)[0],
             "ort": (lambda run: lambda: run(bf16_gemm.bf16_values(x), z))(onnxruntime_conv(w, bias, attrs, x.shape, residual, None)),
             "ort_1t": (lambda run: lambda: run(bf16_gemm.bf16_values(x), z))(onnxruntime_conv(w, bias, attrs, x.shape, residual, 1)),
@@ -117,13 +134,14 @@ def main() -> int:
                 times[name].append(median_ms(run, args.runs))
         med = {name: statistics.median(values) for name, values in times.items()}
         label = f"{c}->{m} {size}x{size} k{k} s{stride}{' +residual' if residual else ''}"
-        row = {"conv": label, **{f"{name}_ms": round(value, 4) for name, value in med.items()},
+        path = "taps" if takes_taps(c, (k, k)) else "windows"
+        row = {"conv": label, "path": path, **{f"{name}_ms": round(value, 4) for name, value in med.items()},
                "tiles_over_ort": round(med["tiles"] / med["ort"], 3), "tiles_over_fp32": round(med["tiles"] / med["fp32"], 3)}
         rows.append(row)
-        print(f"{label:38} {med['tiles']:9.3f} {med['fp32']:9.3f} {med['ort']:8.3f} {med['ort_1t']:8.3f} "
+        print(f"{label:38} {path:>7} {med['tiles']:9.3f} {med['windows']:8.3f} {med['fp32']:9.3f} {med['ort']:8.3f} {med['ort_1t']:8.3f} "
               f"{row['tiles_over_ort']:10.2f} {row['tiles_over_fp32']:11.2f}")
-    total = {name: sum(r[f"{name}_ms"] for r in rows) for name in ("tiles", "fp32", "ort", "ort_1t")}
-    print(f"{'sum over the shapes':38} {total['tiles']:9.3f} {total['fp32']:9.3f} {total['ort']:8.3f} {total['ort_1t']:8.3f} "
+    total = {name: sum(r[f"{name}_ms"] for r in rows) for name in ("tiles", "windows", "fp32", "ort", "ort_1t")}
+    print(f"{'sum over the shapes':38} {'':>7} {total['tiles']:9.3f} {total['windows']:8.3f} {total['fp32']:9.3f} {total['ort']:8.3f} {total['ort_1t']:8.3f} "
           f"{total['tiles'] / total['ort']:10.2f} {total['tiles'] / total['fp32']:11.2f}")
     if not args.no_write:
         import onnxruntime

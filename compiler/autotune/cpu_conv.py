@@ -31,7 +31,7 @@ import numpy as np
 from ..runtime import amx_gemm, vendor_op
 from ..runtime.bf16_gemm import bf16_values
 from ..runtime.kernels import conv as conv_kernels
-from ..runtime.kernels import amx_conv, conv_taps, depthwise, im2col, jit_conv, kernel_for
+from ..runtime.kernels import amx_conv, amx_taps, conv_taps, depthwise, im2col, jit_conv, kernel_for
 from ..runtime.kernels.common import KernelContext, decode_attrs
 from .config import Config
 from .key import TuningKey, vendor_source_hash
@@ -45,7 +45,8 @@ TILES = Config.of(vendor_op.NATIVE, tiles="amx-bf16")  # infc's kernel with the 
 # call when the worker sleeps (sessions do not spin, see vendor_op.py)
 CANDIDATES = (VENDOR, Config.of(vendor_op.TACTIC, threads=1), NATIVE)
 # the sources a timing holds for (with onnxruntime's version: key.vendor_source_hash)
-KERNEL_SOURCES = (conv_kernels, conv_taps, depthwise, im2col, jit_conv, amx_conv, amx_gemm, vendor_op, Path(__file__))
+KERNEL_SOURCES = (conv_kernels, conv_taps, depthwise, im2col, jit_conv, amx_conv, amx_taps, amx_gemm, vendor_op,
+                  Path(__file__))
 LAYOUTS = ("NCHW", "OIHW")
 
 

@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-from . import cpu_features
+from . import aligned, cpu_features
 from .bf16_gemm import PANEL, TILE_PAIRS, activation_pairs, has_avx512_bf16
 from .jit import IN_ORDER, jit
 
@@ -38,7 +38,11 @@ BLOCK = 2 * TILE_ROWS  # a block's rows and columns (2 x 2 C tiles)
 # k pairs a pass over the row blocks: cutting K into blocks of 64-256 pairs (C tiles reloaded per
 # block) measured 10-40% slower than none, up to K = 3072
 K_BLOCK = 4096
-SPLIT_MIN_MACS = 1 << 21  # products from this many multiply-adds split their panels with the helper thread
+# products from this many multiply-adds split their panels with the helper thread (was 2M): on a
+# 2-core Sapphire Rapids smaller products ran slower split (128 x 768 x 768: 0.87x one core) and
+# larger ones gained (128 x 768 x 3072: 1.34x, 512 x 768 x 3072: 1.73x) in one hour; in another
+# (bench/results/amx_split-2026-12-03.json) no size gained or lost more than 4%
+SPLIT_MIN_MACS = 1 << 27
 _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA, _SYS_ARCH_PRCTL = 0x1023, 18, 158
 
 
@@ -68,22 +72,43 @@ def tile_config() -> np.ndarray:
     return config
 
 
-def _intrinsics():
+def declared(module, name: str, args: list):
+    """The void LLVM intrinsic `name` taking `args`, declared once per module."""
+    from llvmlite import ir  # noqa: PLC0415 - numba's own dependency: only when compiled kernels are on
+
+    found = module.globals.get(name)
+    return found if found is not None else ir.Function(module, ir.FunctionType(ir.VoidType(), args), name=name)
+
+
+def at(builder, data, byte_offset):
+    """The address `byte_offset` bytes past `data` (any pointer), as an i8*."""
+    from llvmlite import ir  # noqa: PLC0415
+
+    byte_ptr = ir.IntType(8).as_pointer()
+    return builder.gep(builder.bitcast(data, byte_ptr), [byte_offset])
+
+
+def tile_ops(module) -> dict:
+    """The tile instructions a kernel's blocks use, declared in `module`: load, store, zero, dot."""
+    from llvmlite import ir  # noqa: PLC0415
+
+    i8, i64 = ir.IntType(8), ir.IntType(64)
+    byte_ptr = i8.as_pointer()
+    return {"load": declared(module, "llvm.x86.tileloadd64", [i8, byte_ptr, i64]),
+            "store": declared(module, "llvm.x86.tilestored64", [i8, byte_ptr, i64]),
+            "zero": declared(module, "llvm.x86.tilezero", [i8]),
+            "dot": declared(module, "llvm.x86.tdpbf16ps", [i8, i8, i8])}
+
+
+def intrinsics() -> dict:
+    """amx_configure(config), amx_release() and amx_block(...) (below) as numba intrinsics."""
     from llvmlite import ir  # noqa: PLC0415 - numba's own dependency: only when compiled kernels are on
     from numba import types  # noqa: PLC0415
     from numba.extending import intrinsic  # noqa: PLC0415
     from numba.core import cgutils  # noqa: PLC0415
 
-    i8, i64 = ir.IntType(8), ir.IntType(64)
+    i8 = ir.IntType(8)
     byte_ptr = i8.as_pointer()
-    void = ir.VoidType()
-
-    def declared(module, name, args):
-        found = module.globals.get(name)
-        return found if found is not None else ir.Function(module, ir.FunctionType(void, args), name=name)
-
-    def at(builder, data, byte_offset):
-        return builder.gep(builder.bitcast(data, byte_ptr), [byte_offset])
 
     def configure_codegen(context, builder, signature, args):
         config = context.make_array(signature.args[0])(context, builder, args[0])
@@ -100,10 +125,8 @@ def _intrinsics():
         a_val, i0, w_val, j0, kp0, kp1, accumulate, out_val, o0, c0 = args
         a, w, out = (context.make_array(signature.args[i])(context, builder, v)
                      for i, v in ((0, a_val), (2, w_val), (7, out_val)))
-        load = declared(builder.module, "llvm.x86.tileloadd64", [i8, byte_ptr, i64])
-        store = declared(builder.module, "llvm.x86.tilestored64", [i8, byte_ptr, i64])
-        zero = declared(builder.module, "llvm.x86.tilezero", [i8])
-        dot = declared(builder.module, "llvm.x86.tdpbf16ps", [i8, i8, i8])
+        ops = tile_ops(builder.module)
+        load, store, zero, dot = ops["load"], ops["store"], ops["zero"], ops["dot"]
         intp = i0.type
         tile = [ir.Constant(i8, t) for t in range(8)]
         four = ir.Constant(intp, 4)
@@ -154,7 +177,7 @@ def _intrinsics():
             "amx_block": intrinsic(block_typer)}
 
 
-@jit(fastmath=IN_ORDER, intrinsics=_intrinsics)
+@jit(fastmath=IN_ORDER, intrinsics=intrinsics)
 def _amx_columns(a, panels, config, rows, p0, p1, n, k_block, out):
     """out[:rows, p0*PANEL : p1*PANEL] (cut at n) = a @ W from W's panels; `a` holds the activation's
     pairs with its rows padded (zeros) to a multiple of BLOCK. K runs in blocks of `k_block` pairs
@@ -203,7 +226,7 @@ def amx_product(a: np.ndarray, panels: np.ndarray, n: int, out: np.ndarray | Non
     if kernel is None or pairs is None:
         return None
     if out is None:
-        out = np.empty((m, n), np.float32)
+        out = aligned.empty((m, n), np.float32)  # tile stores on whole cache lines
     if panels.shape[1] == 0:  # K = 0: a sum of nothing (the kernel's K blocks would write nothing)
         out[...] = 0.0
         return out

@@ -31,7 +31,7 @@ import functools
 
 import numpy as np
 
-from . import cpu_features
+from . import aligned, cpu_features
 from .dot_tiles import PANEL, ROW_TILE as ROWS, word_dot_tiles  # the tiles: 6 rows x 4 vectors of 16 lanes
 from .jit import IN_ORDER, jit, switched_off
 
@@ -81,7 +81,7 @@ def pack_pairs(w: np.ndarray) -> np.ndarray:
     bits = np.zeros((2 * pairs, count * PANEL), np.uint16)
     bits[:k, :n] = bf16_bits(w)
     words = bits[0::2].astype(np.uint32) | (bits[1::2].astype(np.uint32) << 16)  # [pairs, count * PANEL]
-    return np.ascontiguousarray(words.reshape(pairs, count, PANEL).transpose(1, 0, 2))
+    return aligned.copy(words.reshape(pairs, count, PANEL).transpose(1, 0, 2))  # tile rows on whole cache lines
 
 
 @jit(fastmath=set())
@@ -137,7 +137,7 @@ def activation_pairs(a: np.ndarray, rows: int, pairs: int) -> np.ndarray | None:
     convert = (_even_pairs if is_even else _activation_pairs).get()
     if convert is None:
         return None
-    out = np.empty((rows, pairs), np.uint32)
+    out = aligned.empty((rows, pairs), np.uint32)  # tile rows on whole cache lines
     convert(a.view(np.uint64) if is_even else a.view(np.uint32), out)
     return out
 

@@ -2,7 +2,8 @@
 same bf16-valued operands: 1-3 spatial dims, strides, dilations, pads, channels and pixels that cut
 every tile and panel short, batches, and the two ways a convolution is split between the cores. The
 window packing is checked on every CPU (it needs numba only); the tiles where the CPU has AMX-BF16.
-Without it (or under `bf16_gemm.disabled()`) a step marked for tiles runs its float32 kernel."""
+Without it (or under `bf16_gemm.disabled()`) a step marked for tiles runs its float32 kernel.
+Convolutions that amx_taps.py would take are kept on the windows here (test_amx_taps.py covers those)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from infc.compiler.runtime import amx_gemm, bf16_gemm, jit
-from infc.compiler.runtime.kernels import amx_conv
+from infc.compiler.runtime.kernels import amx_conv, amx_taps
 from infc.compiler.runtime.kernels.common import KernelContext
 from infc.compiler.runtime.kernels.conv import conv_forward, fused_conv, geometry, padded
 
@@ -31,6 +32,11 @@ CASES = [
     ((1, 1024, 5, 5), (40, 1024, 3, 3), {"pads": [1, 1, 1, 1]}),  # K = 9,216: more than one K block of the tiles
     ((1, 8, 9, 9), (16, 8, 2, 2), {"strides": [3, 3]}),  # strides past the kernel: inputs skipped
 ]
+
+
+@pytest.fixture(autouse=True)
+def _windows_only(monkeypatch):
+    monkeypatch.setattr(amx_taps, "applies", lambda *_: False)
 
 
 def _operands(x_shape, w_shape, seed=0):

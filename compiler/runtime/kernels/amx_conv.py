@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from .. import amx_gemm
+from .. import aligned, amx_gemm
 from ..bf16_gemm import PANEL, TILE_PAIRS, _bf16_of, activation_pairs
 from ..gemm_impls import parallel_for
 from ..jit import enabled as jit_enabled
@@ -167,7 +167,7 @@ def tiled_conv(xp: np.ndarray, w: np.ndarray, strides, dilations, out_dims, memo
     chunk = min(count, max(2, CHUNK_BYTES // (a.shape[1] * PANEL * 4)))
     panels = pooled("amx-conv-panels", chunk * a.shape[1] * PANEL, np.uint32)[:chunk * a.shape[1] * PANEL].reshape(
         chunk, a.shape[1], PANEL)
-    y = np.empty((n, m, pixels), np.float32)
+    y = aligned.empty((n, m, pixels), np.float32)  # tile stores on whole cache lines
     split = m * pixels * math.prod(w.shape[1:]) >= amx_gemm.SPLIT_MIN_MACS
     row_half = -(-m // (2 * amx_gemm.BLOCK)) * amx_gemm.BLOCK  # rows split at a tile block edge
     flat = np.ascontiguousarray(xp).reshape(n, -1).view(np.uint32)

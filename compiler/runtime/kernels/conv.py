@@ -22,7 +22,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ...fused_activations import SELU_ALPHA, SELU_GAMMA
 from ..gemm_impls import OPENBLAS_SERIAL_MACS, blas_threads, product_into
 from . import im2col as phased
-from . import amx_conv, jit_conv
+from . import amx_conv, amx_taps, jit_conv
 from .common import arg, clip_into, parallel_for
 from .conv_taps import dense2d_taps, prefers_taps
 from .depthwise import depthwise_conv, is_depthwise
@@ -190,8 +190,12 @@ def conv_forward(x: np.ndarray, w: np.ndarray, bias, attrs, residual=None, memo:
     plan = conv_plan(x.shape, x.dtype, w.shape, attrs, memo)
     memo = {} if memo is None else memo
     if tiles and plan.kind != DEPTHWISE and amx_conv.applies(x.shape, w.shape, plan.group):
-        y = amx_conv.tiled_conv(amx_conv.padded_input(x, plan.geo.pads_begin, plan.geo.pads_end), w, plan.geo.strides,
-                                plan.geo.dilations, plan.geo.out, memo)
+        geo = plan.geo
+        y = amx_taps.tap_conv(x, w, geo.strides, geo.dilations, geo.pads_begin, geo.pads_end, geo.out, memo) \
+            if amx_taps.applies(x.shape[1], w.shape[2:]) else None
+        if y is None:
+            y = amx_conv.tiled_conv(amx_conv.padded_input(x, plan.geo.pads_begin, plan.geo.pads_end), w,
+                                    plan.geo.strides, plan.geo.dilations, plan.geo.out, memo)
         if y is not None:
             return _with_bias(y, bias, residual, epilogue)
     if plan.is_direct:  # no BLAS call: skip pinning its threads (microseconds on small convolutions)

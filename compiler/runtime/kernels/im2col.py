@@ -26,6 +26,7 @@ import threading
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .. import aligned
 from ..gemm_impls import SPLIT_MIN_MACS, product_into
 from .common import parallel_for
 
@@ -39,12 +40,13 @@ _POOL = threading.local()
 
 def pooled(name: str, size: int, dtype) -> np.ndarray:
     """A flat scratch buffer of at least `size` elements, shared by every kernel call of the thread
-    that asks for the same name (calls run one after the other); it grows, never shrinks."""
+    that asks for the same name (calls run one after the other); it grows, never shrinks. Large
+    ones are on huge pages where the kernel grants them (aligned.py)."""
     buffers = _POOL.__dict__.setdefault("buffers", {})
     key = (name, np.dtype(dtype))
     buffer = buffers.get(key)
     if buffer is None or buffer.size < size:
-        buffer = buffers[key] = np.empty(max(size, 1), dtype)
+        buffer = buffers[key] = aligned.empty(max(size, 1), dtype, huge=True)
     return buffer
 
 
