@@ -70,8 +70,10 @@ def median_ms(run, runs: int) -> float:
     return 1e3 * statistics.median(times)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def bench_args(doc: str) -> argparse.Namespace:
+    """The options the AMX benchmarks share (see the module docstring), after re-running this
+    process without the OpenBLAS variables when they are set."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--tag", default="")
@@ -79,6 +81,11 @@ def main() -> int:
     parser.add_argument("--keep-openblas-env", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     rerun_without_openblas_env(args.keep_openblas_env)
+    return args
+
+
+def main() -> int:
+    args = bench_args(__doc__)
 
     from infc.compiler.runtime import amx_gemm, bf16_gemm
     from infc.compiler.runtime.kernels import amx_taps

@@ -14,7 +14,6 @@ benchmark (it re-runs itself once, and says so). Results: bench/results/amx_spli
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import platform
@@ -24,8 +23,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from amx_conv import median_ms  # noqa: E402 - bench/, beside this script
-from openblas_env import openblas_note, rerun_without_openblas_env  # noqa: E402
+from amx_conv import bench_args, median_ms  # noqa: E402 - bench/, beside this script
+from openblas_env import openblas_note  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 GEMMS = [(128, 768, 768), (197, 384, 1152), (128, 768, 3072), (128, 3072, 768), (512, 768, 768), (512, 768, 3072),
@@ -65,14 +64,7 @@ def _both(work):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--tag", default="")
-    parser.add_argument("--no-write", action="store_true")
-    parser.add_argument("--keep-openblas-env", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    rerun_without_openblas_env(args.keep_openblas_env)
+    args = bench_args(__doc__)
 
     from infc.compiler.runtime import amx_gemm, bf16_gemm
     from infc.compiler.runtime.kernels import amx_taps

@@ -85,7 +85,7 @@ def pack_pairs(w: np.ndarray) -> np.ndarray:
 
 
 @jit(fastmath=set())
-def _bf16_of(u):
+def bf16_of(u):
     """bf16 bits of float32 bits u (uint32): nearest, ties to even; a NaN stays a (quiet) NaN.
     Written so every step stays a uint32 (the NaN choice made before the shift): the form that
     selected after shifting widened the loops' lanes to 64 bits and ran at half the speed."""
@@ -95,7 +95,7 @@ def _bf16_of(u):
     return rounded >> np.uint32(16)
 
 
-@jit(fastmath=set(), calls=(_bf16_of,))
+@jit(fastmath=set(), calls=(bf16_of,))
 def _activation_pairs(a, out):
     """out[m, kp] = bf16(a[m, 2 kp]) | bf16(a[m, 2 kp + 1]) << 16, zero past a's rows and columns
     (`a` float32 viewed as uint32; out may have more rows and pairs than `a` needs)."""
@@ -107,12 +107,12 @@ def _activation_pairs(a, out):
                 out[m, kp] = 0
             continue
         for kp in range(whole):  # branch-free: vectorized
-            out[m, kp] = _bf16_of(a[m, 2 * kp]) | (_bf16_of(a[m, 2 * kp + 1]) << np.uint32(16))
+            out[m, kp] = bf16_of(a[m, 2 * kp]) | (bf16_of(a[m, 2 * kp + 1]) << np.uint32(16))
         for kp in range(whole, out.shape[1]):
-            out[m, kp] = _bf16_of(a[m, 2 * kp]) if 2 * kp < k else np.uint32(0)
+            out[m, kp] = bf16_of(a[m, 2 * kp]) if 2 * kp < k else np.uint32(0)
 
 
-@jit(fastmath=set(), calls=(_bf16_of,))
+@jit(fastmath=set(), calls=(bf16_of,))
 def _even_pairs(a, out):
     """_activation_pairs for an even K, `a` viewed as uint64 pairs (little-endian: k even in the low half)."""
     rows, whole = a.shape
@@ -123,8 +123,8 @@ def _even_pairs(a, out):
             continue
         for kp in range(whole):  # contiguous 64-bit loads: vectorized
             u = a[m, kp]
-            out[m, kp] = _bf16_of(np.uint32(u & np.uint64(0xFFFFFFFF))) | (
-                _bf16_of(np.uint32(u >> np.uint64(32))) << np.uint32(16))
+            out[m, kp] = bf16_of(np.uint32(u & np.uint64(0xFFFFFFFF))) | (
+                bf16_of(np.uint32(u >> np.uint64(32))) << np.uint32(16))
         for kp in range(whole, out.shape[1]):
             out[m, kp] = 0
 

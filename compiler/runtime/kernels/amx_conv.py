@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from .. import aligned, amx_gemm
-from ..bf16_gemm import PANEL, TILE_PAIRS, _bf16_of, activation_pairs
+from ..bf16_gemm import PANEL, TILE_PAIRS, bf16_of, activation_pairs
 from ..gemm_impls import parallel_for
 from ..jit import enabled as jit_enabled
 from ..jit import jit
@@ -40,7 +40,7 @@ PANEL_GROUP = 8
 CHUNK_BYTES = 8 << 20  # packed windows held at a time (a few MB: the core's L2 and a little more)
 
 
-@jit(fastmath=set(), calls=(_bf16_of,))
+@jit(fastmath=set(), calls=(bf16_of,))
 def _pack_windows(x, k_offsets, runs, panel_runs, step, out):
     """out [panels, pairs, PANEL] words = bf16 k pairs of the windows of one padded image x (its
     float32 bits, flat), a word's low half the even k. Pixels come in runs along the last output
@@ -61,14 +61,14 @@ def _pack_windows(x, k_offsets, runs, panel_runs, step, out):
                     lane, length, at = runs[r, 0], runs[r, 1], runs[r, 2]
                     if high < 0:
                         for t in range(length):
-                            row[lane + t] = _bf16_of(x[low + at + t * step])
+                            row[lane + t] = bf16_of(x[low + at + t * step])
                     elif step == 1:  # contiguous loads: vectorized
                         a, b = x[low + at:low + at + length], x[high + at:high + at + length]
                         for t in range(length):
-                            row[lane + t] = _bf16_of(a[t]) | (_bf16_of(b[t]) << np.uint32(16))
+                            row[lane + t] = bf16_of(a[t]) | (bf16_of(b[t]) << np.uint32(16))
                     else:
                         for t in range(length):
-                            row[lane + t] = _bf16_of(x[low + at + t * step]) | (_bf16_of(x[high + at + t * step]) << np.uint32(16))
+                            row[lane + t] = bf16_of(x[low + at + t * step]) | (bf16_of(x[high + at + t * step]) << np.uint32(16))
                 filled = runs[panel_runs[p + 1] - 1, 0] + runs[panel_runs[p + 1] - 1, 1]
                 row[filled:] = 0
 

@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from .. import amx_gemm
-from ..bf16_gemm import TILE_PAIRS, _bf16_of, activation_pairs
+from ..bf16_gemm import TILE_PAIRS, bf16_of, activation_pairs
 from ..gemm_impls import parallel_for
 from ..jit import IN_ORDER, jit
 from .im2col import pooled
@@ -127,7 +127,7 @@ def _tap_blocks(a, x, offsets, pairs, config, rows, columns, i_lo, i_hi, j_lo, j
     amx_release()  # noqa: F821
 
 
-@jit(fastmath=set(), calls=(_bf16_of,))
+@jit(fastmath=set(), calls=(bf16_of,))
 def _phase_pairs(x, pads, strides, grid, phases, c_lo, c_hi, out):
     """out[c_lo:c_hi] = channel pairs c_lo..c_hi-1 of image x [C, D1, D2, D3] (float32 bits) as words
     of bf16 pairs in the stride phases `phases` (the ones some tap reads), [pairs, phases, grid pixels
@@ -161,15 +161,15 @@ def _phase_pairs(x, pads, strides, grid, phases, c_lo, c_hi, out):
                     xl = x[low, i1, i2]
                     if high >= channels:
                         for c in range(c_first, c_end):
-                            row[at + c] = _bf16_of(xl[c * s3 + shift])
+                            row[at + c] = bf16_of(xl[c * s3 + shift])
                     elif s3 == 1:  # contiguous loads: vectorized
                         xh = x[high, i1, i2]
                         for c in range(c_first, c_end):
-                            row[at + c] = _bf16_of(xl[c + shift]) | (_bf16_of(xh[c + shift]) << np.uint32(16))
+                            row[at + c] = bf16_of(xl[c + shift]) | (bf16_of(xh[c + shift]) << np.uint32(16))
                     else:
                         xh = x[high, i1, i2]
                         for c in range(c_first, c_end):
-                            row[at + c] = _bf16_of(xl[c * s3 + shift]) | (_bf16_of(xh[c * s3 + shift]) << np.uint32(16))
+                            row[at + c] = bf16_of(xl[c * s3 + shift]) | (bf16_of(xh[c * s3 + shift]) << np.uint32(16))
 
 
 class TapLayout:
@@ -250,9 +250,9 @@ def tap_conv(x: np.ndarray, w: np.ndarray, strides, dilations, pads_begin, pads_
     split = n * m * math.prod(out_dims) * math.prod(w.shape[1:]) >= SPLIT_MIN_MACS
     if split and out_dims[0] >= 2:
         halves = _split_rows(x.shape[2], w.shape[2], geometry)
-        parallel_for(2, lambda i: _rows(x, w, a, *halves[i], memo, y))
+        parallel_for(2, lambda i: _rows((convert, product), x, w, a, *halves[i], memo, y))
     else:
-        _rows(x, w, a, x, geometry, slice(None), memo, y, split_rows=split)
+        _rows((convert, product), x, w, a, slice(None), geometry, slice(None), memo, y, split_rows=split)
     return y
 
 
@@ -271,11 +271,13 @@ def _split_rows(height: int, reach: int, geometry) -> list:
     return halves
 
 
-def _rows(x, w, a, rows, geometry, out_rows, memo: dict, y, split_rows: bool = False):
+def _rows(kernels, x, w, a, rows, geometry, out_rows, memo: dict, y, split_rows: bool = False):
     """y[:, :, out_rows] = the convolution of x[:, :, rows] (the input rows those outputs read) with
-    `geometry` (strides, dilations, pads begin / end, out dims of this part); `split_rows`: the
-    products of each image are shared with the helper thread by output channels."""
-    x = x[:, :, rows] if isinstance(rows, slice) else rows
+    `geometry` (strides, dilations, pads begin / end, out dims of this part) by the compiled
+    `kernels` (_phase_pairs, _tap_blocks); `split_rows`: the products of each image are shared with
+    the helper thread by output channels."""
+    convert, product = kernels
+    x = x[:, :, rows]
     strides, dilations, begin, end, out_dims = geometry
     key = ("amx-taps-layout", x.shape[2:], w.shape[2:], geometry)
     layout = memo.get(key)
@@ -283,7 +285,6 @@ def _rows(x, w, a, rows, geometry, out_rows, memo: dict, y, split_rows: bool = F
         layout = memo[key] = TapLayout(x.shape[2:], w.shape[2:], strides, dilations, begin, end, out_dims)
     n, c = x.shape[:2]
     m, pairs = w.shape[0], channel_pairs(c)
-    convert, product = _phase_pairs.get(), _tap_blocks.get()
     x4 = np.ascontiguousarray(x).reshape((n, c) + (1,) * (5 - x.ndim) + x.shape[2:]).view(np.uint32)
     size = pairs * layout.phases.size * layout.row_length
     words = pooled("amx-taps-input", size, np.uint32)[:size].reshape(pairs, layout.phases.size, layout.row_length)
